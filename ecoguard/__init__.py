@@ -1,0 +1,67 @@
+"""ecoguard: catch GPU energy traps in LLM serving and measure joules per token.
+
+``import ecoguard`` has no side effects: no threads, no patches, no heavy imports (torch,
+transformers, pynvml and prometheus_client are never imported here). Names below are resolved
+lazily on first use. ``import ecoguard.auto`` is the one-line, side-effecting entry point.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+from ecoguard.config import Settings
+from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec, SoftwareVersions
+from ecoguard.errors import EcoguardError, EnergyTrapError, EnergyTrapWarning, UsageError
+from ecoguard.events import on_finding, on_record
+from ecoguard.findings import Finding, Mood
+
+__version__ = "0.1.0"
+
+# The library logs on "ecoguard"; applications decide where it goes.
+logging.getLogger("ecoguard").addHandler(logging.NullHandler())
+
+# Public names implemented in submodules, imported on first attribute access.
+_LAZY: dict[str, str] = {
+    "install": "ecoguard.guard.install",
+    "uninstall": "ecoguard.guard.install",
+    "is_installed": "ecoguard.guard.install",
+    "measure": "ecoguard.energy.measure",
+    "estimate": "ecoguard.knowledge.estimator",
+    "Estimate": "ecoguard.knowledge.estimator",
+    "evaluate": "ecoguard.rules",
+    "Batcher": "ecoguard.batching",
+}
+
+__all__ = [
+    "Deployment",
+    "EcoguardError",
+    "EnergyTrapError",
+    "EnergyTrapWarning",
+    "Finding",
+    "GpuSpec",
+    "ModelSpec",
+    "Mood",
+    "QuantSpec",
+    "Settings",
+    "SoftwareVersions",
+    "UsageError",
+    "__version__",
+    "on_finding",
+    "on_record",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'ecoguard' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,5 @@
+import sys
+
+from ecoguard.cli import main
+
+sys.exit(main())

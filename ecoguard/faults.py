@@ -1,0 +1,37 @@
+"""Counting ecoguard's own faults, so a failure inside the guard is visible but never fatal.
+
+Every ``except Exception`` around ecoguard's analysis calls ``record_fault(stage, exc)``: it logs
+at debug level and increments a per-stage counter that metrics and ``ecoguard doctor`` show.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+
+_log = logging.getLogger("ecoguard")
+_lock = threading.Lock()
+_counts: Counter[str] = Counter()
+
+
+def record_fault(stage: str, exc: BaseException | None = None) -> None:
+    """Count a fault in ``stage`` (``guard.extract``, ``meter.sample``, ``ledger.write``...)."""
+    with _lock:
+        _counts[stage] += 1
+    try:
+        _log.debug("ecoguard fault in %s: %r", stage, exc, exc_info=exc is not None)
+    except Exception:  # logging itself must not raise into the caller
+        pass
+
+
+def fault_counts() -> dict[str, int]:
+    """A snapshot of fault counts by stage."""
+    with _lock:
+        return dict(_counts)
+
+
+def reset_faults() -> None:
+    """Clear the counters (tests)."""
+    with _lock:
+        _counts.clear()
