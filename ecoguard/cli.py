@@ -23,7 +23,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ecoguard.advisor.cli",  # advise, optimize, compare, diagnose
     "ecoguard.knowledge.cli",  # estimate, data
     "ecoguard.audit.cli",  # audit
-    "ecoguard.export.cli",  # report, exporter
+    "ecoguard.export.cli",  # report
+    "ecoguard.export.exporter_cli",  # exporter
     "ecoguard.guard.cli",  # doctor
     "ecoguard.demo",  # demo
     "ecoguard.bench.cli",  # bench
