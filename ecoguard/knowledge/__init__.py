@@ -1,1 +1,71 @@
+"""Knowledge: the reference dataset, GPU/model/grid tables, crossover sizes and the estimator.
 
+Importing this package reads no file: tables load on first use and stay cached. The estimator
+is in :mod:`ecoguard.knowledge.estimator` (also reachable here as ``estimate``/``Estimate``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ecoguard.knowledge.crossover import crossover
+from ecoguard.knowledge.records import (
+    Crossover,
+    Equivalent,
+    GpuProfile,
+    GridInfo,
+    ModelInfo,
+    ReferenceRow,
+)
+from ecoguard.knowledge.tables import (
+    add_local_rows,
+    clear_local_rows,
+    equivalents,
+    find_rows,
+    gpu_profiles,
+    model_registry,
+    parse_params_b,
+    pue_defaults,
+    reference_rows,
+    region,
+    regions,
+    resolve_gpu,
+    resolve_model,
+)
+
+if TYPE_CHECKING:
+    from ecoguard.knowledge.estimator import Estimate, Monthly, estimate
+
+__all__ = [
+    "Crossover",
+    "Equivalent",
+    "Estimate",
+    "GpuProfile",
+    "GridInfo",
+    "ModelInfo",
+    "Monthly",
+    "ReferenceRow",
+    "add_local_rows",
+    "clear_local_rows",
+    "crossover",
+    "equivalents",
+    "estimate",
+    "find_rows",
+    "gpu_profiles",
+    "model_registry",
+    "parse_params_b",
+    "pue_defaults",
+    "reference_rows",
+    "region",
+    "regions",
+    "resolve_gpu",
+    "resolve_model",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("estimate", "Estimate", "Monthly"):
+        from ecoguard.knowledge import estimator
+
+        return getattr(estimator, name)
+    raise AttributeError(f"module 'ecoguard.knowledge' has no attribute {name!r}")

@@ -1,0 +1,313 @@
+"""Lazy, cached loaders for the shipped knowledge tables, and the look-ups built on them.
+
+Every table is a JSON file under ``ecoguard._paths.data_dir()`` read on first use and cached
+for the life of the process, so ``import ecoguard.knowledge`` costs nothing and the first
+look-up pays a few milliseconds. Local rows (``tier == "local"``) can be added with
+:func:`add_local_rows`; they are kept apart from the shipped rows and win over them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import threading
+from functools import cache
+from pathlib import Path
+
+from ecoguard._paths import data_dir
+from ecoguard.errors import UnknownGpuError, UnknownModelError, UsageError
+from ecoguard.knowledge.records import (
+    Equivalent,
+    GpuProfile,
+    GridInfo,
+    ModelInfo,
+    ReferenceRow,
+)
+
+_ROW_FIELDS = frozenset(ReferenceRow.__dataclass_fields__)
+_local_rows: list[ReferenceRow] = []
+_local_lock = threading.Lock()
+
+
+def _load(name: str) -> dict:
+    path: Path = data_dir() / name
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"ecoguard data file {path} is missing; rebuild with tools/build_reference.py"
+        ) from None
+
+
+@cache
+def _shipped_rows() -> tuple[ReferenceRow, ...]:
+    rows = _load("reference_rows.json")["rows"]
+    return tuple(ReferenceRow(**{k: v for k, v in row.items() if k in _ROW_FIELDS}) for row in rows)
+
+
+def reference_rows() -> tuple[ReferenceRow, ...]:
+    """All compiled rows, then any ``local`` rows added in this process."""
+    with _local_lock:
+        local = tuple(_local_rows)
+    return _shipped_rows() + local
+
+
+def add_local_rows(rows: list[ReferenceRow] | tuple[ReferenceRow, ...]) -> None:
+    """Register rows measured on this machine (tier ``local``); the estimator prefers them."""
+    for row in rows:
+        if row.tier != "local":
+            raise UsageError(f"local rows must have tier 'local', got {row.tier!r} ({row.id})")
+    with _local_lock:
+        _local_rows.extend(rows)
+
+
+def clear_local_rows() -> None:
+    with _local_lock:
+        _local_rows.clear()
+
+
+@cache
+def gpu_profiles() -> dict[str, GpuProfile]:
+    """GPU profiles keyed by profile key (``a800``, ``rtx5090``, ...)."""
+    out = {}
+    for entry in _load("gpus.json")["gpus"]:
+        entry = dict(entry)
+        entry["compute_capability"] = tuple(entry["compute_capability"])
+        entry["nvml_names"] = tuple(entry["nvml_names"])
+        entry["nicknames"] = tuple(entry.get("nicknames", ()))
+        out[entry["key"]] = GpuProfile(**entry)
+    return out
+
+
+def _fold(text: str) -> str:
+    """Lower-case and drop spaces, dashes, underscores and vendor words for name matching."""
+    text = text.lower()
+    for word in ("nvidia", "geforce", "tesla"):
+        text = text.replace(word, "")
+    return re.sub(r"[\s\-_]+", "", text)
+
+
+@cache
+def _gpu_aliases() -> dict[str, str]:
+    aliases: dict[str, str] = {}
+    for key, profile in gpu_profiles().items():
+        for name in (key, profile.name, *profile.nvml_names, *profile.nicknames):
+            aliases.setdefault(_fold(name), key)
+    return aliases
+
+
+def resolve_gpu(name: str) -> GpuProfile:
+    """A profile from a key, a nickname (``5090``, ``4090D``, ``H100``) or an NVML name
+    (``NVIDIA H100 80GB HBM3`` -> h100_sxm). Raises UnknownGpuError with the nearest names."""
+    if not isinstance(name, str) or not name.strip():
+        raise UnknownGpuError(str(name), [])
+    profiles = gpu_profiles()
+    if name in profiles:
+        return profiles[name]
+    aliases = _gpu_aliases()
+    folded = _fold(name)
+    if folded in aliases:
+        return profiles[aliases[folded]]
+    # NVML names carry suffixes we do not list (memory size, form factor): accept the longest
+    # alias that the given name starts with, if it is specific enough to be unambiguous.
+    prefixes = [a for a in aliases if len(a) >= 4 and folded.startswith(a)]
+    if prefixes:
+        return profiles[aliases[max(prefixes, key=len)]]
+    close = difflib.get_close_matches(folded, list(aliases), n=6, cutoff=0.5)
+    suggestions: list[str] = []
+    for alias in close:
+        key = aliases[alias]
+        if key not in suggestions:
+            suggestions.append(key)
+    if not suggestions:
+        suggestions = [k for k in profiles if folded and (folded in _fold(k) or _fold(k) in folded)]
+    raise UnknownGpuError(name, suggestions[:4])
+
+
+@cache
+def model_registry() -> dict[str, ModelInfo]:
+    """The model registry keyed by registry key (``qwen2.5-7b``)."""
+    out = {}
+    for entry in _load("models.json")["models"]:
+        out[entry["key"]] = ModelInfo(
+            id=entry["key"],
+            params_b=float(entry["params_b"]),
+            family=entry["family"],
+            layers=entry["layers"],
+            hidden_size=entry["hidden_size"],
+            kv_heads=entry["kv_heads"],
+            head_dim=entry["head_dim"],
+            context_window=entry["context_window"],
+            source=entry["source"],
+            hf_id=entry["hf_id"],
+        )
+    return out
+
+
+@cache
+def _model_aliases() -> dict[str, str]:
+    aliases = {}
+    for entry in _load("models.json")["models"]:
+        for name in (entry["key"], entry["hf_id"].split("/")[-1], *entry.get("aliases", ())):
+            aliases[_model_fold(name)] = entry["key"]
+    return aliases
+
+
+def _model_fold(text: str) -> str:
+    text = text.strip().lower().split("/")[-1]
+    text = text.replace("_", "-").replace(" ", "-")
+    text = re.sub(r"^meta-llama-", "llama-", text)
+    return text
+
+
+_SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*([bm])(?![a-z])", re.IGNORECASE)
+
+
+def parse_params_b(text: str) -> float | None:
+    """A parameter count in billions from text such as ``7B``, ``1.5b``, ``135M`` or
+    ``Qwen2.5-7B-Instruct``; None when no size is written."""
+    # The last size in the name is the model's (``Qwen2.5-7B`` -> 7, not 2.5).
+    matches = list(_SIZE.finditer(text.replace("_", "-").replace("-", " ")))
+    if not matches:
+        return None
+    match = matches[-1]
+    value = float(match.group(1))
+    return value / 1000.0 if match.group(2).lower() == "m" else value
+
+
+def resolve_model(text: str) -> ModelInfo:
+    """Registry entry for a model id (``Qwen/Qwen2.5-7B-Instruct``, ``mistral-7b``), or a
+    size-only ModelInfo for a parameter count (``7B``, ``1.5b``) or an unknown id that states one.
+    Raises UnknownModelError when neither works."""
+    if not isinstance(text, str) or not text.strip():
+        raise UnknownModelError(
+            "empty model name; give an id like Qwen/Qwen2.5-7B or a size like 7B"
+        )
+    registry = model_registry()
+    aliases = _model_aliases()
+    folded = _model_fold(text)
+    if folded in aliases:
+        return registry[aliases[folded]]
+    # ``Qwen2.5-7B-Instruct``, ``Mistral-7B-Instruct-v0.2``: the longest key the name starts with.
+    starts = [a for a in aliases if folded.startswith(a)]
+    if starts:
+        return registry[aliases[max(starts, key=len)]]
+    params = parse_params_b(text)
+    if params is not None:
+        if not 0 < params <= 2000:
+            raise UnknownModelError(f"model size {params} B is out of range (0 to 2000 B)")
+        return ModelInfo(id=text.strip(), params_b=params, source="size parsed from the name")
+    near = difflib.get_close_matches(folded, list(aliases), n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(aliases[n] for n in near)}?" if near else ""
+    raise UnknownModelError(
+        f"unknown model {text!r} and no size in its name.{hint} Give a registry id "
+        "(`ecoguard data --models`) or a parameter count such as 7B."
+    )
+
+
+@cache
+def _regions() -> tuple[dict[str, GridInfo], dict[str, str], dict]:
+    data = _load("regions.json")
+    grids, aliases = {}, {}
+    for entry in data["regions"]:
+        grids[entry["key"]] = GridInfo(
+            key=entry["key"],
+            name=entry["name"],
+            price_usd_per_kwh=float(entry["price_usd_per_kwh"]),
+            gco2_per_kwh=float(entry["gco2_per_kwh"]),
+            pue=float(entry["pue"]),
+            source=entry["source"],
+        )
+        for alias in (entry["key"], *entry.get("aliases", ())):
+            aliases[alias.lower()] = entry["key"]
+    return grids, aliases, data["pue"]
+
+
+def regions() -> dict[str, GridInfo]:
+    return dict(_regions()[0])
+
+
+def pue_defaults() -> dict[str, float]:
+    """``{"cloud": 1.1, "local": 1.0}``: power usage effectiveness by deployment kind."""
+    pue = _regions()[2]
+    return {"cloud": float(pue["cloud"]), "local": float(pue["local"])}
+
+
+def region(name: str) -> GridInfo:
+    """Grid price and intensity for ``us``, ``china``/``cn``, ``eu``, ``uk``, ``fr``, ``de``,
+    ``in``, ``jp``, ``ca``. UsageError lists the accepted names."""
+    grids, aliases, _ = _regions()
+    key = aliases.get(str(name).strip().lower())
+    if key is None:
+        raise UsageError(f"unknown region {name!r}; accepted: {', '.join(sorted(grids))}")
+    return grids[key]
+
+
+@cache
+def _equivalent_factors() -> tuple[dict, ...]:
+    return tuple(_load("equivalents.json")["equivalents"])
+
+
+def equivalents(energy_kwh: float, co2_kg: float) -> list[Equivalent]:
+    """Real-world comparisons: km driven by an average car (from CO2), smartphone charges and
+    LED-bulb hours (from energy). Factors and sources in ``data/equivalents.json``."""
+    if energy_kwh < 0 or co2_kg < 0:
+        raise UsageError("energy and CO2 must be >= 0")
+    out = []
+    for entry in _equivalent_factors():
+        amount = co2_kg if entry["basis"] == "co2" else energy_kwh
+        out.append(
+            Equivalent(
+                key=entry["key"],
+                label=entry["label"],
+                value=amount / entry["factor"],
+                factor=entry["factor"],
+                unit=entry["unit"],
+                basis=entry["basis"],
+                source=entry["source"],
+            )
+        )
+    return out
+
+
+def find_rows(
+    *,
+    gpu: str | None = None,
+    model: str | None = None,
+    precision: str | None = None,
+    batch_size: int | None = None,
+    tier: str | None = None,
+) -> list[ReferenceRow]:
+    """Rows matching every given filter. ``gpu`` and ``model`` accept anything resolve_gpu /
+    resolve_model accept (a model matches by registry key, or by size for a size-only model);
+    ``precision`` accepts the usual aliases."""
+    from ecoguard.deployment import normalize_precision
+
+    gpu_key = resolve_gpu(gpu).key if gpu is not None else None
+    model_key: str | None = None
+    model_params: float | None = None
+    if model is not None:
+        info = resolve_model(model)
+        if info.id in model_registry():
+            model_key = info.id
+        else:
+            model_params = info.params_b
+    prec = normalize_precision(precision) if precision is not None else None
+    out = []
+    for row in reference_rows():
+        if gpu_key is not None and row.gpu != gpu_key:
+            continue
+        if model_key is not None and row.model_key != model_key:
+            continue
+        if model_params is not None and abs(row.params_b - model_params) > 1e-6:
+            continue
+        if prec is not None and row.precision != prec:
+            continue
+        if batch_size is not None and row.batch_size != batch_size:
+            continue
+        if tier is not None and row.tier != tier:
+            continue
+        out.append(row)
+    return out
