@@ -83,6 +83,9 @@ class Location:
     path: str
     line: int | None = None
     column: int | None = None
+    # Notebooks: the 1-based index of the cell in the notebook; ``line`` is then the line
+    # within that cell, as Jupyter shows it.
+    cell: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,8 @@ class Finding:
                 "line": self.location.line,
                 "column": self.location.column,
             }
+            if self.location.cell is not None:
+                out["location"]["cell"] = self.location.cell  # type: ignore[index]
         if self.details:
             out["details"] = dict(self.details)
         return out

@@ -1,0 +1,87 @@
+"""``ecoguard audit PATH...``: the static audit as a command, for editors, pre-commit and CI.
+
+Exit codes: 0 nothing at or above ``--severity``; 1 findings (or audit notes) at or above it;
+2 a usage error or a file that could not be audited (the others are still reported).
+Kept light at import: argparse only; the audit itself is imported by the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+FORMATS = ("text", "json", "sarif")
+SEVERITIES = ("yellow", "orange", "red")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="find energy traps in Python files and notebooks, with file and line",
+        description=(
+            "Read Python files and Jupyter notebooks (never importing or running them) and "
+            "report every energy trap the runtime guard would catch, with file, line, fix and "
+            "estimated impact. Exit 0 clean, 1 findings at or above --severity, 2 usage error "
+            "or a file that could not be audited."
+        ),
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text (default), json, or sarif (SARIF 2.1.0 for GitHub code scanning)",
+    )
+    parser.add_argument("--json", action="store_true", help="same as --format json")
+    parser.add_argument(
+        "--severity",
+        choices=SEVERITIES,
+        default="yellow",
+        help="lowest mood that makes the exit code 1 (default yellow)",
+    )
+    parser.add_argument(
+        "--gpu",
+        default=None,
+        metavar="G",
+        help="the GPU the code will run on (T4, A100, rtx4090...): enables GPU-dependent rules",
+    )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip paths matching this glob (repeatable), e.g. 'tests/*' or '*_test.py'",
+    )
+    parser.add_argument(
+        "--output", "-o", default=None, metavar="FILE", help="write the report to FILE"
+    )
+    parser.set_defaults(func=run_audit)
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    from ecoguard.audit import audit_paths
+    from ecoguard.audit.render import render_json, render_sarif, render_text
+    from ecoguard.findings import Mood
+
+    result = audit_paths(args.paths, gpu=args.gpu, exclude=args.exclude)
+    fmt = "json" if args.json else args.format
+    if fmt == "json":
+        report = render_json(result)
+    elif fmt == "sarif":
+        report = render_sarif(result)
+    else:
+        to_terminal = args.output is None and sys.stdout.isatty()
+        report = render_text(result, color=to_terminal)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.write(report)
+        except OSError as exc:
+            from ecoguard.errors import UsageError
+
+            raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    else:
+        sys.stdout.write(report)
+    for problem in result.errors:
+        print(f"ecoguard audit: {problem.path}: {problem.kind}: {problem.message}", file=sys.stderr)
+    return result.exit_code(Mood(args.severity))
