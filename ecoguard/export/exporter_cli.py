@@ -1,0 +1,151 @@
+"""``ecoguard exporter``: a standalone sidecar that samples every GPU and serves its metrics.
+
+Why a sidecar: a gunicorn/uvicorn server runs several worker processes on the same GPUs. If each
+worker exported ``ecoguard_gpu_energy_joules_total`` the fleet's energy would be counted once per
+worker. The sidecar reads each GPU once and serves the device metrics; workers write only their
+tokens and attributed energy to prometheus_client's multiprocess files
+(``PROMETHEUS_MULTIPROC_DIR``), which the sidecar merges into the same scrape. One target per
+host, no double counting. See docs/metrics.md.
+
+This module stays light at import (argparse only); the handler imports the meter and
+prometheus_client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from ecoguard.errors import UsageError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "exporter",
+        help="serve GPU energy metrics for Prometheus (sidecar for multi-worker servers)",
+        description=(
+            "Sample every visible GPU and serve ecoguard's device metrics on /metrics. With "
+            "--multiproc-dir (or PROMETHEUS_MULTIPROC_DIR), also serve the merged counters that "
+            "worker processes wrote there. Runs until interrupted (Ctrl-C or SIGTERM)."
+        ),
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port to listen on (default: ECOGUARD_METRICS_PORT, else 9464; 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--addr",
+        default=None,
+        help=(
+            "address to bind (default: ECOGUARD_METRICS_ADDR, else 127.0.0.1; use 0.0.0.0 only "
+            "behind a firewall: the metrics reveal models and load)"
+        ),
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "nvml", "simulated", "null"),
+        default=None,
+        help="power backend (default: ECOGUARD_BACKEND, else auto)",
+    )
+    parser.add_argument(
+        "--sample-hz", type=float, default=None, help="sampler rate in Hz (default 10)"
+    )
+    parser.add_argument(
+        "--multiproc-dir",
+        default=None,
+        help=(
+            "directory of the workers' prometheus_client multiprocess files to merge "
+            "(default: PROMETHEUS_MULTIPROC_DIR when set)"
+        ),
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="print one scrape to stdout and exit instead of serving",
+    )
+    parser.set_defaults(func=run_exporter)
+
+
+def build_registry(settings: Any, meter: Any, multiproc_dir: str | None) -> Any:
+    """The sidecar's registry: device metrics from ``meter``, plus the workers' merged counters
+    when ``multiproc_dir`` is given. No generation aggregates of its own: the sidecar serves no
+    generate calls."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from ecoguard.export.prometheus import EcoguardCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EcoguardCollector(aggregates=None, meter=meter, settings=settings))
+    if multiproc_dir is not None:
+        MultiProcessCollector(registry, path=multiproc_dir)
+    return registry
+
+
+def run_exporter(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from ecoguard.config import Settings
+
+    settings = Settings.from_env(
+        backend=args.backend, sample_hz=args.sample_hz, metrics_addr=args.addr
+    )
+    port = args.port if args.port is not None else settings.metrics_port
+    port = 9464 if port is None else port
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be 0 to 65535, got {port}")
+    settings = settings.with_(metrics_port=port)
+    multiproc_dir = args.multiproc_dir or os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    if multiproc_dir is not None and not os.path.isdir(multiproc_dir):
+        raise UsageError(
+            f"multiprocess directory {multiproc_dir!r} does not exist; create it (empty) before "
+            "starting the workers and the exporter, and pass the same path to both"
+        )
+    try:
+        from ecoguard.energy import start_meter, stop_meter
+    except ImportError as exc:
+        print(f"ecoguard: the energy meter is not available: {exc}", file=sys.stderr)
+        return 1
+
+    meter = start_meter(settings)
+    try:
+        registry = build_registry(settings, meter, multiproc_dir)
+        if args.once:
+            from ecoguard.export.prometheus import render_text
+
+            sys.stdout.write(render_text(registry).decode("utf-8"))
+            return 0
+        from ecoguard.export.prometheus import serve_registry
+
+        try:
+            server = serve_registry(settings.metrics_addr, port, registry)
+        except OSError as exc:
+            print(
+                f"ecoguard: cannot listen on {settings.metrics_addr}:{port}: "
+                f"{exc.strerror or exc}. Pick another --port (0 chooses a free one).",
+                file=sys.stderr,
+            )
+            return 1
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: object) -> None:
+            stop.set()
+
+        previous = signal.signal(signal.SIGTERM, on_signal)
+        print(f"ecoguard exporter: serving {server.url}", file=sys.stderr, flush=True)
+        try:
+            while not stop.wait(1.0):
+                pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            server.stop()
+        return 0
+    finally:
+        stop_meter()
