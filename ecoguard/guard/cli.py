@@ -1,0 +1,148 @@
+"""``ecoguard doctor``: what the guard sees in this environment.
+
+Versions of torch/transformers/bitsandbytes/torchao (from package metadata), whether any is a
+nightly/dev build, the GPUs visible, which rules would fire for the installed stack on its own
+(before any model is loaded), whether the guard is installed in this process, and fault counts.
+Exit code 1 when a rule fires for the stack, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="show what the guard sees here: versions, GPUs, rules that fire for this stack",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="do not import torch to look for CUDA GPUs (faster; GPUs then come from NVML only)",
+    )
+    parser.set_defaults(func=run_doctor)
+
+
+def _gpus(import_torch: bool) -> list[dict[str, Any]]:
+    """GPUs from NVML (when nvidia-ml-py and a driver are present), else torch.cuda."""
+    found: list[dict[str, Any]] = []
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                name = pynvml.nvmlDeviceGetName(handle)
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                found.append(
+                    {
+                        "index": index,
+                        "name": name.decode() if isinstance(name, bytes) else name,
+                        "vram_gb": round(memory.total / 1e9, 1),
+                        "via": "nvml",
+                    }
+                )
+        finally:
+            pynvml.nvmlShutdown()
+        return found
+    except Exception:  # no NVML library or driver: try torch
+        pass
+    if not import_torch:
+        return found
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            for index in range(torch.cuda.device_count()):
+                props = torch.cuda.get_device_properties(index)
+                found.append(
+                    {
+                        "index": index,
+                        "name": props.name,
+                        "vram_gb": round(props.total_memory / 1e9, 1),
+                        "compute_capability": [props.major, props.minor],
+                        "via": "torch.cuda",
+                    }
+                )
+    except Exception:
+        pass
+    return found
+
+
+def doctor_report(*, import_torch: bool = True) -> dict[str, Any]:
+    """The doctor's findings as a JSON-ready dict."""
+    from ecoguard.deployment import Deployment, GpuSpec
+    from ecoguard.faults import fault_counts
+    from ecoguard.guard.environment import software_versions
+    from ecoguard.guard.install import is_installed
+    from ecoguard.rules import evaluate, nightly_versions
+
+    versions = software_versions()
+    gpus = _gpus(import_torch)
+    gpu = GpuSpec()
+    if gpus:
+        first = gpus[0]
+        fields: dict[str, Any] = {"name": first["name"], "vram_gb": first["vram_gb"]}
+        if "compute_capability" in first:
+            fields["compute_capability"] = tuple(first["compute_capability"])
+        try:
+            from ecoguard.knowledge import resolve_gpu
+
+            profile = resolve_gpu(first["name"])
+            fields.update(
+                profile=profile.key,
+                architecture=profile.architecture,
+                compute_capability=tuple(profile.compute_capability),
+            )
+        except Exception:
+            pass
+        gpu = GpuSpec(count=len(gpus), **fields)
+    deployment = Deployment(software=versions, gpu=gpu)
+    findings = evaluate(deployment)
+    return {
+        "versions": {
+            "torch": versions.torch,
+            "transformers": versions.transformers,
+            "bitsandbytes": versions.bitsandbytes,
+            "torchao": versions.torchao,
+        },
+        "nightly": nightly_versions(deployment),
+        "gpus": gpus,
+        "guard_installed": is_installed(),
+        "findings": [finding.to_dict() for finding in findings],
+        "faults": fault_counts(),
+    }
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    report = doctor_report(import_torch=not args.no_torch)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 1 if report["findings"] else 0
+    print("ecoguard doctor")
+    for name, version in report["versions"].items():
+        flag = "  (nightly/dev build)" if name in report["nightly"] else ""
+        print(f"  {name:<13} {version or 'not installed'}{flag}")
+    if report["gpus"]:
+        for gpu in report["gpus"]:
+            print(f"  GPU {gpu['index']}: {gpu['name']}, {gpu['vram_gb']} GB (via {gpu['via']})")
+    else:
+        print("  GPUs         none seen (NVML and torch.cuda found nothing)")
+    print(f"  guard        {'installed' if report['guard_installed'] else 'not installed'}")
+    faults = report["faults"]
+    print(f"  faults       {sum(faults.values())}" + (f" {faults}" if faults else ""))
+    if report["findings"]:
+        print("  rules that fire for this stack:")
+        for finding in report["findings"]:
+            print(f"    [{finding['mood']}] {finding['rule']}: {finding['message']}")
+            print(f"        fix: {finding['fix']}")
+        return 1
+    print("  no rule fires for this stack before a model is loaded")
+    return 0

@@ -1,0 +1,173 @@
+"""``install()`` / ``uninstall()``: the guard's lifecycle, idempotent both ways.
+
+``install`` builds Settings (ECOGUARD_* env, then the arguments on top), patches transformers
+through the patch table, starts the meter when ``measure`` is on and the metrics server when a
+port is set. ``uninstall`` reverses exactly what ``install`` did: it restores the original
+attributes and stops only the meter and server it started itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ecoguard.config import Settings
+from ecoguard.errors import UsageError
+from ecoguard.faults import record_fault
+from ecoguard.guard import patches
+from ecoguard.guard.policy import Policy
+from ecoguard.guard.wrappers import RUNTIME
+
+_lock = threading.RLock()
+_started_meter = False
+_started_metrics = False
+
+
+def _resolve_meter() -> tuple[Any, Any]:
+    """(get_meter, CallInfo) from the meter package, or (None, None) when it is absent."""
+    try:
+        from ecoguard.energy import CallInfo, get_meter
+    except ImportError:
+        return None, None
+    return get_meter, CallInfo
+
+
+def _resolve_batching() -> Any:
+    try:
+        from ecoguard.batching import coalescing_generate
+    except ImportError:
+        return None
+    return coalescing_generate
+
+
+def _start_meter(settings: Settings) -> Any:
+    global _started_meter
+    try:
+        from ecoguard.energy import get_meter, start_meter
+    except ImportError:
+        return None
+    try:
+        running = get_meter()
+        if running is not None:
+            return running
+        meter = start_meter(settings)
+        _started_meter = True
+        return meter
+    except Exception as exc:  # no meter is better than no inference
+        record_fault("guard.start_meter", exc)
+        return None
+
+
+def _start_metrics(settings: Settings, meter: Any) -> None:
+    global _started_metrics
+    if settings.metrics_port is None:
+        return
+    try:
+        from ecoguard.export.prometheus import start_metrics_server
+    except ImportError as exc:
+        record_fault("guard.start_metrics", exc)
+        return
+    try:
+        server = start_metrics_server(settings, meter=meter)
+        _started_metrics = _started_metrics or server is not None
+    except Exception as exc:
+        record_fault("guard.start_metrics", exc)
+
+
+def install(
+    *,
+    mode: str | None = None,
+    rules: str | dict[str, str] | None = None,
+    measure: bool | None = None,
+    metrics_port: int | None = None,
+    batching: bool | None = None,
+    max_batch_size: int | None = None,
+    max_wait_ms: float | None = None,
+    settings: Settings | None = None,
+    **more: Any,
+) -> Settings:
+    """Turn the guard on (again): returns the Settings in force.
+
+    ``settings`` replaces the environment as the base; the keyword arguments override either.
+    Unknown keywords or bad values raise UsageError. Calling it twice patches once; a second
+    call with other arguments updates the settings."""
+    overrides = {
+        "mode": mode,
+        "rules": rules,
+        "measure": measure,
+        "metrics_port": metrics_port,
+        "batching": batching,
+        "max_batch_size": max_batch_size,
+        "max_wait_ms": max_wait_ms,
+        **more,
+    }
+    overrides = {key: value for key, value in overrides.items() if value is not None}
+    unknown = set(overrides) - set(Settings.__dataclass_fields__)
+    if unknown:
+        raise UsageError(
+            f"unknown install() argument(s) {', '.join(sorted(unknown))}; accepted: "
+            f"{', '.join(Settings.__dataclass_fields__)}"
+        )
+    if settings is None:
+        settings = Settings.from_env(**overrides)
+    else:
+        if isinstance(overrides.get("rules"), str):
+            from ecoguard.config import parse_rule_overrides
+
+            overrides["rules"] = parse_rule_overrides(overrides["rules"])
+        settings = settings.with_(**overrides)
+    with _lock:
+        if RUNTIME.settings != settings or not RUNTIME.active:
+            RUNTIME.policy = Policy(settings)
+        RUNTIME.settings = settings
+        RUNTIME.get_meter, RUNTIME.call_info = _resolve_meter()
+        RUNTIME.coalesce = _resolve_batching() if settings.batching else None
+        RUNTIME.active = True
+        patches.apply_patches()
+        meter = _start_meter(settings) if settings.measure else None
+        _start_metrics(settings, meter)
+    return settings
+
+
+def uninstall() -> None:
+    """Turn the guard off: original attributes restored, our meter and metrics server stopped.
+    Idempotent."""
+    global _started_meter, _started_metrics
+    with _lock:
+        RUNTIME.active = False
+        patches.remove_patches()
+        RUNTIME.models.clear()
+        if _started_metrics:
+            _started_metrics = False
+            try:
+                from ecoguard.export.prometheus import stop_metrics_server
+
+                stop_metrics_server()
+            except Exception as exc:
+                record_fault("guard.stop_metrics", exc)
+        if _started_meter:
+            _started_meter = False
+            try:
+                from ecoguard.energy import stop_meter
+
+                stop_meter()
+            except Exception as exc:
+                record_fault("guard.stop_meter", exc)
+        if RUNTIME.coalesce is not None:
+            try:
+                from ecoguard.batching import close_all
+
+                close_all()
+            except Exception as exc:
+                record_fault("guard.stop_batching", exc)
+            RUNTIME.coalesce = None
+
+
+def is_installed() -> bool:
+    """True while the guard is on."""
+    return RUNTIME.active
+
+
+def current_settings() -> Settings | None:
+    """The Settings in force while installed, else None."""
+    return RUNTIME.settings if RUNTIME.active else None

@@ -1,0 +1,123 @@
+"""The patch table: one frozen tuple drives install and uninstall, so they cannot drift.
+
+Patches are applied from wrapt post-import hooks on the *defining* submodules, so importing
+ecoguard first and transformers later works, and so does the reverse (a hook registered for a
+module that is already imported fires at once). Hooks cannot be unregistered, so each carries the
+generation number of the install that registered it and does nothing once a later install or
+uninstall has moved the counter on; a hook never raises into the user's import.
+
+The exact original attribute (``vars(owner)[name]``: for ``from_pretrained`` the raw
+``classmethod`` object) is kept and put back on uninstall, so after ``uninstall()``
+``vars(PreTrainedModel)["from_pretrained"] is original`` holds.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import wrapt
+
+from ecoguard.faults import record_fault
+from ecoguard.guard.wrappers import from_pretrained_wrapper, generate_wrapper
+
+_log = logging.getLogger("ecoguard")
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    """Wrap ``module.owner.attribute`` with ``wrapper`` (a wrapt wrapper function)."""
+
+    module: str
+    owner: str
+    attribute: str
+    wrapper: Callable[..., Any]
+
+
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        "transformers.modeling_utils", "PreTrainedModel", "from_pretrained", from_pretrained_wrapper
+    ),
+    Patch("transformers.generation.utils", "GenerationMixin", "generate", generate_wrapper),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    owner: type
+    original: Any  # exactly vars(owner)[attribute] before patching
+    wrapper: wrapt.FunctionWrapper
+
+
+_lock = threading.RLock()
+_generation = 0
+_wanted = False
+_applied: dict[Patch, Applied] = {}
+
+
+def applied() -> dict[Patch, Applied]:
+    """The patches currently in place (a copy)."""
+    with _lock:
+        return dict(_applied)
+
+
+def _apply(patch: Patch, module: ModuleType) -> None:
+    if patch in _applied:
+        return
+    owner = getattr(module, patch.owner)
+    original = vars(owner)[patch.attribute]
+    wrapper = wrapt.FunctionWrapper(original, patch.wrapper)
+    setattr(owner, patch.attribute, wrapper)
+    _applied[patch] = Applied(owner=owner, original=original, wrapper=wrapper)
+
+
+def _on_import(patch: Patch, generation: int, module: ModuleType) -> None:
+    """Post-import hook: apply ``patch`` if the install that registered it is still current."""
+    try:
+        with _lock:
+            if generation != _generation or not _wanted:
+                return
+            _apply(patch, module)
+    except Exception as exc:  # never break the user's import
+        record_fault("guard.patch", exc)
+
+
+def apply_patches() -> None:
+    """Patch now where the modules are imported, and on import where they are not. Idempotent."""
+    global _generation, _wanted
+    with _lock:
+        _generation += 1
+        _wanted = True
+        generation = _generation
+    for patch in PATCHES:
+        if patch in _applied:
+            continue
+        wrapt.register_post_import_hook(
+            functools.partial(_on_import, patch, generation), patch.module
+        )
+
+
+def remove_patches() -> None:
+    """Put back the exact original attributes. If something else has wrapped on top of ours,
+    its wrapper stays (removing it would break that library) and ours passes calls through."""
+    global _generation, _wanted
+    with _lock:
+        _generation += 1
+        _wanted = False
+        for patch, done in list(_applied.items()):
+            current = vars(done.owner).get(patch.attribute)
+            if current is done.wrapper:
+                setattr(done.owner, patch.attribute, done.original)
+            else:
+                _log.warning(
+                    "ecoguard: %s.%s was wrapped again after ecoguard patched it; leaving that "
+                    "wrapper in place (ecoguard's layer now passes calls straight through)",
+                    patch.owner,
+                    patch.attribute,
+                )
+            del _applied[patch]

@@ -1,0 +1,396 @@
+"""The two wrappers the patch table installs: ``from_pretrained`` and ``generate``.
+
+Both follow one shape: a cheap check that the guard is active and that this is the outermost
+call (context-var depth guard, so assisted decoding or a composite model's inner generate counts
+once), analysis inside ``try/except Exception`` (faults counted, never raised), and the real
+call outside it with the caller's arguments, except for deliberate fixes and ``strict``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ecoguard.config import Settings
+from ecoguard.deployment import Deployment
+from ecoguard.errors import EnergyTrapError
+from ecoguard.faults import record_fault
+from ecoguard.findings import Finding
+from ecoguard.guard import extract, fixes
+from ecoguard.guard.environment import detect_gpu, is_interactive, software_versions
+from ecoguard.guard.policy import Policy, user_call_site
+from ecoguard.guard.tokens import count_generated, output_sequences
+from ecoguard.rules import BS1_SUSTAINED_CALLS, RULES, evaluate
+
+# Rules judged from how a model is loaded, and the one judged from the call pattern.
+LOAD_RULES: tuple[str, ...] = tuple(rid for rid, spec in RULES.items() if spec.stage == "load")
+GENERATE_RULES: tuple[str, ...] = ("batch-size-one",)
+
+_generate_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "ecoguard_generate_depth", default=0
+)
+_load_depth: contextvars.ContextVar[int] = contextvars.ContextVar("ecoguard_load_depth", default=0)
+
+
+@dataclass
+class ModelState:
+    """What the guard remembers about one model object (weakly keyed: dies with the model)."""
+
+    deployment: Deployment
+    consecutive_bs1: int = 0
+    eos_token_id: Any = None
+    pad_token_id: Any = None
+    model_name: str | None = None
+
+
+@dataclass
+class Runtime:
+    """The guard's live configuration, swapped by install()/uninstall()."""
+
+    active: bool = False
+    settings: Settings = field(default_factory=Settings)
+    policy: Policy = field(default_factory=lambda: Policy(Settings()))
+    get_meter: Callable[[], Any] | None = None
+    call_info: Callable[..., Any] | None = None
+    coalesce: Callable[..., Any] | None = None
+    models: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+RUNTIME = Runtime()
+
+
+# ---------------------------------------------------------------------------- from_pretrained
+
+
+@dataclass
+class LoadPlan:
+    deployment: Deployment
+    kwargs: dict[str, Any]
+    reported: set[str] = field(default_factory=set)
+    post_load_int8_fix: Finding | None = None
+    call_site: Any = None
+
+
+def _plan_load(args: tuple[Any, ...], kwargs: dict[str, Any]) -> LoadPlan:
+    runtime = RUNTIME
+    policy = runtime.policy
+    facts = extract.facts_from_load_call(args, kwargs)
+    deployment = facts.deployment.with_(gpu=detect_gpu(), software=software_versions())
+    findings = evaluate(deployment, settings=runtime.settings, only=LOAD_RULES)
+    plan = LoadPlan(deployment=deployment, kwargs=kwargs, call_site=user_call_site(3))
+    if not findings:
+        return plan
+    refused = [f for f in findings if policy.action_for(f.rule) == "strict"]
+    if refused:
+        for finding in refused:
+            policy.report(
+                finding,
+                action="strict",
+                source="load",
+                deployment=deployment,
+                call_site=plan.call_site,
+            )
+        raise policy.refuse(refused, where="from_pretrained before loading any weights")
+    call_kwargs = dict(kwargs)
+    quant_dropped = False
+    # Dropping quantization (small-model-quant, fp8-eager) supersedes tuning it (int8-mixed),
+    # so those fixes go first; reports keep the severity order otherwise.
+    first = {"small-model-quant": 0, "fp8-eager": 0}
+    for finding in sorted(findings, key=lambda f: first.get(f.rule, 1)):
+        plan.reported.add(finding.rule)
+        action = policy.action_for(finding.rule)
+        changed = why_not = None
+        if action == "fix":
+            rule = finding.rule
+            if rule in ("small-model-quant", "fp8-eager") and not quant_dropped:
+                changed, why_not = fixes.fix_unquantize_kwargs(call_kwargs, deployment)
+                quant_dropped = changed is not None
+            elif rule == "int8-mixed" and quant_dropped:
+                why_not = "superseded: quantization was dropped altogether"
+            elif rule == "int8-mixed" and facts.quant_source == "kwargs":
+                changed = fixes.fix_int8_kwargs(call_kwargs)
+            elif rule == "int8-mixed" and facts.quant_source == "checkpoint":
+                plan.post_load_int8_fix = finding  # reported once the layers are changed
+                continue
+            elif rule == "bf16-unsupported":
+                changed, why_not = fixes.fix_bf16_kwargs(call_kwargs)
+            else:
+                why_not = "ecoguard has no automatic fix for this trap"
+        if changed is None and why_not is not None:
+            finding = finding.__class__(
+                **{**_finding_fields(finding), "fix_summary": f"{finding.fix_summary} ({why_not})"}
+            )
+        policy.report(
+            finding,
+            action="fix" if changed else "warn",
+            source="load",
+            deployment=deployment,
+            changed=changed,
+            call_site=plan.call_site,
+        )
+    plan.kwargs = call_kwargs
+    return plan
+
+
+def _finding_fields(finding: Finding) -> dict[str, Any]:
+    return {name: getattr(finding, name) for name in finding.__slots__}
+
+
+def _finish_load(model: Any, plan: LoadPlan) -> None:
+    runtime = RUNTIME
+    policy = runtime.policy
+    if plan.post_load_int8_fix is not None:
+        layers = fixes.set_int8_threshold_zero(model)
+        policy.report(
+            plan.post_load_int8_fix,
+            action="fix",
+            source="load",
+            deployment=plan.deployment,
+            changed=(
+                f"set threshold 0.0 on {layers} Linear8bitLt layers of the loaded pre-quantized "
+                "model (and in model.config.quantization_config)"
+            ),
+            call_site=plan.call_site,
+        )
+    deployment = extract.facts_from_model(model, plan.deployment)
+    # Facts only the loaded model reveals (e.g. the size of a hub model) may expose more traps;
+    # the weights are loaded by now, so these are reported (or refused) after the fact.
+    late = [
+        f
+        for f in evaluate(deployment, settings=runtime.settings, only=LOAD_RULES)
+        if f.rule not in plan.reported
+    ]
+    for finding in late:
+        action = policy.action_for(finding.rule)
+        changed = None
+        if action == "fix" and finding.rule == "int8-mixed":
+            layers = fixes.set_int8_threshold_zero(model)
+            changed = f"set threshold 0.0 on {layers} Linear8bitLt layers after load"
+        policy.report(
+            finding,
+            action="strict" if action == "strict" else ("fix" if changed else "warn"),
+            source="load",
+            deployment=deployment,
+            changed=changed,
+            call_site=plan.call_site,
+        )
+        if action == "strict":
+            raise policy.refuse([finding], where="the model (found only after loading)")
+    _remember(model, deployment)
+
+
+def _remember(model: Any, deployment: Deployment) -> ModelState:
+    generation_config = getattr(model, "generation_config", None)
+    state = ModelState(
+        deployment=deployment,
+        eos_token_id=getattr(generation_config, "eos_token_id", None),
+        pad_token_id=getattr(generation_config, "pad_token_id", None),
+        model_name=deployment.model.id,
+    )
+    try:
+        RUNTIME.models[model] = state
+    except TypeError:  # not weak-referenceable: analyse again next time
+        pass
+    return state
+
+
+def from_pretrained_wrapper(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """wrapt wrapper for ``PreTrainedModel.from_pretrained`` (``instance`` is the class)."""
+    if not RUNTIME.active or _load_depth.get():
+        return wrapped(*args, **kwargs)
+    token = _load_depth.set(1)
+    try:
+        plan = None
+        try:
+            plan = _plan_load(args, kwargs)
+        except EnergyTrapError:
+            raise
+        except Exception as exc:
+            record_fault("guard.load", exc)
+        model = wrapped(*args, **(plan.kwargs if plan is not None else kwargs))
+        if plan is not None:
+            try:
+                _finish_load(model, plan)
+            except EnergyTrapError:
+                raise
+            except Exception as exc:
+                record_fault("guard.load.after", exc)
+        return model
+    finally:
+        _load_depth.reset(token)
+
+
+# ---------------------------------------------------------------------------- generate
+
+
+def _state_for(model: Any) -> ModelState:
+    """The model's remembered state; a model loaded before install (or not through
+    from_pretrained) is analysed once here, with its load-time rules reported as ``generate``."""
+    state = RUNTIME.models.get(model)
+    if state is not None:
+        return state
+    deployment = extract.facts_from_model(model).with_(
+        gpu=detect_gpu(), software=software_versions()
+    )
+    state = _remember(model, deployment)
+    policy = RUNTIME.policy
+    for finding in evaluate(deployment, settings=RUNTIME.settings, only=LOAD_RULES):
+        action = policy.action_for(finding.rule)
+        changed = None
+        if action == "fix" and finding.rule == "int8-mixed":
+            layers = fixes.set_int8_threshold_zero(model)
+            changed = f"set threshold 0.0 on {layers} Linear8bitLt layers of the running model"
+        if action == "strict":
+            policy.report(finding, action="strict", source="generate", deployment=deployment)
+            raise policy.refuse([finding], where="generate")
+        policy.report(
+            finding,
+            action="fix" if changed else "warn",
+            source="generate",
+            deployment=deployment,
+            changed=changed,
+        )
+    return state
+
+
+def _batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    inputs = args[0] if args else kwargs.get("inputs")
+    if inputs is None:
+        inputs = kwargs.get("input_ids")
+        if inputs is None:
+            inputs = kwargs.get("inputs_embeds")
+    shape = getattr(inputs, "shape", None)
+    return int(shape[0]) if shape else None
+
+
+def _track_batch_size(state: ModelState, batch_size: int | None) -> None:
+    if batch_size != 1:
+        state.consecutive_bs1 = 0
+        return
+    state.consecutive_bs1 += 1
+    # Judge once when a streak reaches the bar; the per-call-site dedupe keeps it quiet after.
+    if state.consecutive_bs1 != BS1_SUSTAINED_CALLS:
+        return
+    deployment = state.deployment.with_(
+        batch_size=1,
+        consecutive_bs1_calls=state.consecutive_bs1,
+        interactive=is_interactive(),
+    )
+    policy = RUNTIME.policy
+    for finding in evaluate(deployment, settings=RUNTIME.settings, only=GENERATE_RULES):
+        action = policy.action_for(finding.rule)
+        if action == "strict":
+            policy.report(finding, action="strict", source="generate", deployment=deployment)
+            raise policy.refuse([finding], where="generate")
+        if action == "fix" and not RUNTIME.settings.batching:
+            finding = finding.__class__(
+                **{
+                    **_finding_fields(finding),
+                    "fix_summary": finding.fix_summary
+                    + " (not applied automatically: turn on ecoguard.install(batching=True))",
+                }
+            )
+        policy.report(finding, action="warn", source="generate", deployment=deployment)
+
+
+def generate_wrapper(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """wrapt wrapper for ``GenerationMixin.generate`` (``instance`` is the model)."""
+    runtime = RUNTIME
+    if not runtime.active or _generate_depth.get():
+        return wrapped(*args, **kwargs)
+    token = _generate_depth.set(1)
+    try:
+        state = None
+        try:
+            state = runtime.models.get(instance) or _state_for(instance)
+            _track_batch_size(state, _batch_size(args, kwargs))
+        except EnergyTrapError:
+            raise
+        except Exception as exc:
+            record_fault("guard.generate", exc)
+        meter = None
+        if runtime.get_meter is not None and state is not None:
+            try:
+                meter = runtime.get_meter()
+            except Exception as exc:
+                record_fault("guard.meter", exc)
+        if meter is None:
+            return _call(runtime, wrapped, instance, args, kwargs)
+        return _measured_call(runtime, meter, state, wrapped, instance, args, kwargs)
+    finally:
+        _generate_depth.reset(token)
+
+
+def _call(
+    runtime: Runtime,
+    wrapped: Callable[..., Any],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    coalesce = runtime.coalesce
+    if coalesce is not None and runtime.settings.batching:
+        return coalesce(wrapped, instance, args, kwargs, runtime.settings)
+    return wrapped(*args, **kwargs)
+
+
+def _measured_call(
+    runtime: Runtime,
+    meter: Any,
+    state: ModelState,
+    wrapped: Callable[..., Any],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Open a meter window around the real call; tokens counted per sequence after it."""
+    window = facts = None
+    try:
+        facts = extract.facts_from_generate(instance, args, kwargs)
+        deployment = state.deployment.with_(
+            batch_size=facts.batch_size, prompt_tokens=facts.prompt_tokens
+        )
+        info = runtime.call_info(
+            model_name=state.model_name,
+            precision=deployment.precision,
+            batch_size=facts.batch_size,
+            prompt_tokens=facts.prompt_tokens,
+            max_new_tokens=facts.max_new_tokens,
+            deployment=deployment,
+            label=None,
+        )
+        window = meter.begin(devices=extract.model_devices(instance), info=info)
+    except Exception as exc:
+        record_fault("guard.meter.begin", exc)
+    try:
+        result = _call(runtime, wrapped, instance, args, kwargs)
+    except BaseException as error:
+        if window is not None:
+            try:
+                rows = facts.batch_size if facts is not None else 0
+                meter.end(window, tokens=0, requests=rows or 0, error=error)
+            except Exception as exc:
+                record_fault("guard.meter.end", exc)
+        raise
+    if window is not None:
+        try:
+            sequences = output_sequences(result)
+            tokens = count_generated(
+                sequences,
+                prompt_length=facts.prompt_width,
+                eos_token_id=state.eos_token_id,
+                pad_token_id=state.pad_token_id,
+            )
+            meter.end(window, tokens=tokens, requests=int(sequences.shape[0]))
+        except Exception as exc:
+            record_fault("guard.meter.end", exc)
+    return result

@@ -1,0 +1,438 @@
+"""One small pure function per energy trap: ``check(deployment, context) -> Finding | None``.
+
+A check reads only the Deployment record (and the measured J/token in its context, for
+``reference-deviation``); it never imports torch or transformers. A fact it needs but does not
+have means silence, not a guess. Impact figures come from the estimator on the deployment and
+on the configuration the fix would produce (see ``ecoguard.rules.impact``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ecoguard.config import Settings
+from ecoguard.deployment import (
+    BYTES_PER_PARAM,
+    FP8_PRECISIONS,
+    QUANTIZED_PRECISIONS,
+    Deployment,
+    QuantSpec,
+)
+from ecoguard.faults import record_fault
+from ecoguard.findings import Finding, Mood
+from ecoguard.rules.impact import estimate_or_none, impact_between
+
+# ``batch-size-one`` needs this many consecutive batch-size-1 generate calls on one model before
+# it calls it a serving pattern: one call (a smoke test, a notebook cell) is not a trap.
+BS1_SUSTAINED_CALLS = 8
+
+# The bound the EcoCompute publication states for "small" models when no GPU architecture is
+# known: below ~3B parameters, 4-bit/8-bit quantization costs more energy than FP16.
+PUBLISHED_SMALL_MODEL_BOUND_B = 3.0
+
+# ``reference-deviation``: live J/token this many times the reference (or below its inverse).
+DEVIATION_RATIO = 1.5
+SEVERE_DEVIATION_RATIO = 3.0
+
+# Share of VRAM usable for weights + KV cache; the rest goes to the CUDA context, activations
+# and allocator fragmentation.
+USABLE_VRAM_FRACTION = 0.9
+
+# Architectures without native bf16 tensor cores (bf16 arrived with Ampere, sm_80).
+_PRE_AMPERE = frozenset({"kepler", "maxwell", "pascal", "volta", "turing"})
+
+_NIGHTLY = re.compile(r"(\.dev\d*|dev\d{6,}|\+git|nightly)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleContext:
+    """What a check may read besides the deployment. ``measured_j_per_token`` is a live figure
+    (J per generated token) from the meter, used only by ``reference-deviation``."""
+
+    settings: Settings = field(default_factory=Settings)
+    measured_j_per_token: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SmallModelThreshold:
+    """The size (B params) below which quantizing costs energy, and how it is known."""
+
+    size_b: float
+    basis: str  # "fitted" | "reported" | "published-bound"
+    reported_b: float | None = None
+    sources: tuple[str, ...] = ()
+
+
+def small_model_threshold(architecture: str | None, precision: str | None) -> SmallModelThreshold:
+    """Crossover size for ``precision`` on ``architecture`` from the knowledge tables: the fitted
+    measured crossover when there is one, else the reported one, else the published ~3B bound."""
+    if architecture:
+        try:
+            from ecoguard.knowledge import crossover
+
+            found = crossover(architecture, precision or "nf4")
+        except Exception as exc:  # tables missing, or an architecture they do not cover
+            record_fault("rules.crossover", exc)
+            found = None
+        if found is not None:
+            sources = tuple(getattr(found, "sources", ()) or ())
+            if found.fitted_b is not None:
+                return SmallModelThreshold(found.fitted_b, "fitted", found.reported_b, sources)
+            if found.reported_b is not None:
+                return SmallModelThreshold(found.reported_b, "reported", found.reported_b, sources)
+    return SmallModelThreshold(PUBLISHED_SMALL_MODEL_BOUND_B, "published-bound")
+
+
+def unquantized_dtype(deployment: Deployment) -> str | None:
+    """The half-precision dtype to load instead of a quantized format: bf16 on Ampere and newer,
+    fp16 on older GPUs, None (the framework default, fp32 on CPU) when no GPU is known."""
+    gpu = deployment.gpu
+    if gpu.architecture is None and gpu.compute_capability is None and gpu.profile is None:
+        return None
+    return "fp16" if _pre_ampere(deployment) else "bf16"
+
+
+def _pre_ampere(deployment: Deployment) -> bool:
+    gpu = deployment.gpu
+    if gpu.compute_capability is not None:
+        return tuple(gpu.compute_capability) < (8, 0)
+    return (gpu.architecture or "").lower() in _PRE_AMPERE
+
+
+def _unquantized(deployment: Deployment) -> Deployment:
+    dtype = unquantized_dtype(deployment) or "fp16"
+    return deployment.with_(precision=dtype, dtype=dtype, quant=QuantSpec())
+
+
+def format_size(params_b: float) -> str:
+    """``7B``, ``1.5B``, ``107M``: a parameter count for people."""
+    return f"{params_b:.3g}B" if params_b >= 0.1 else f"{params_b * 1000:.3g}M"
+
+
+def _name(deployment: Deployment) -> str:
+    return deployment.model.id or (
+        f"a {format_size(deployment.model.params_b)} model"
+        if deployment.model.params_b
+        else "this model"
+    )
+
+
+def _torch_dtype_code(dtype: str | None) -> str:
+    return {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(dtype or "", "torch.float32")
+
+
+def check_int8_mixed(deployment: Deployment, ctx: RuleContext) -> Finding | None:
+    """bitsandbytes 8-bit with the default outlier threshold (6.0) runs the mixed-precision
+    decomposition on every matmul, which is what makes LLM.int8() slower than FP16."""
+    quant = deployment.quant
+    is_bnb8 = quant.method == "bitsandbytes" and quant.bits == 8
+    if deployment.precision != "int8_mixed" and not is_bnb8:
+        return None
+    if quant.int8_threshold is not None and quant.int8_threshold == 0.0:
+        return None
+    fixed = deployment.with_(
+        precision="int8_pure",
+        quant=QuantSpec(
+            method="bitsandbytes",
+            bits=8,
+            quant_type="int8",
+            int8_threshold=0.0,
+            pre_quantized=quant.pre_quantized,
+        ),
+    )
+    impact, rows = impact_between(deployment, fixed, ctx.settings)
+    threshold = 6.0 if quant.int8_threshold is None else quant.int8_threshold
+    return Finding(
+        rule="int8-mixed",
+        mood=Mood.ORANGE,
+        title="INT8 mixed-precision trap",
+        message=(
+            f"bitsandbytes 8-bit with llm_int8_threshold={threshold:g} splits every matmul into an "
+            "fp16 outlier part and an int8 part, so it burns more energy per token than plain FP16."
+        ),
+        fix="BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0)",
+        fix_summary="set llm_int8_threshold=0.0 (pure INT8 matmuls)",
+        impact=impact,
+        evidence=rows,
+        changes_outputs=True,
+        details=(("int8_threshold", threshold),),
+    )
+
+
+def check_small_model_quant(deployment: Deployment, ctx: RuleContext) -> Finding | None:
+    """4-bit/8-bit weights on a model below the architecture's crossover size: dequantization
+    overhead outweighs the saved memory traffic, so quantizing costs energy."""
+    if deployment.precision not in QUANTIZED_PRECISIONS or deployment.model.params_b is None:
+        return None
+    threshold = small_model_threshold(deployment.gpu.architecture, deployment.precision)
+    if deployment.model.params_b >= threshold.size_b:
+        return None
+    dtype = unquantized_dtype(deployment)
+    fixed = _unquantized(deployment)
+    impact, rows = impact_between(deployment, fixed, ctx.settings)
+    basis = {
+        "fitted": f"the crossover fitted to measured rows for {deployment.gpu.architecture}",
+        "reported": f"the reported crossover for {deployment.gpu.architecture}",
+        "published-bound": "the published bound, as no GPU architecture is known",
+    }[threshold.basis]
+    if threshold.basis == "fitted" and threshold.reported_b is not None:
+        basis += f"; the publisher reports {threshold.reported_b:g}B"
+    dtype_note = (
+        f"dtype={_torch_dtype_code(dtype)}"
+        if dtype
+        else "the default dtype (fp32 on CPU; use torch.float16/bfloat16 on a GPU)"
+    )
+    return Finding(
+        rule="small-model-quant",
+        mood=Mood.ORANGE,
+        title="Small-model quantization penalty",
+        message=(
+            f"{_name(deployment)} ({format_size(deployment.model.params_b)}) is below the "
+            f"{threshold.size_b:.1f}B crossover ({basis}), where {deployment.precision} "
+            "dequantization costs more energy than the memory it saves."
+        ),
+        fix=(
+            "AutoModelForCausalLM.from_pretrained(model_id, "
+            + (
+                f"dtype={_torch_dtype_code(dtype)})  # no quantization_config"
+                if dtype
+                else "dtype=torch.bfloat16)  # no quantization_config; float16 before Ampere"
+            )
+        ),
+        fix_summary=f"drop quantization and load in {dtype_note}",
+        impact=impact,
+        evidence=rows,
+        changes_outputs=True,
+        details=(
+            ("threshold_b", round(threshold.size_b, 2)),
+            ("threshold_basis", threshold.basis),
+            ("reported_b", threshold.reported_b),
+        ),
+    )
+
+
+def check_fp8_eager(deployment: Deployment, ctx: RuleContext) -> Finding | None:
+    """torchao float8 without torch.compile: the weight-only/dynamic float8 paths dequantize in
+    Python-dispatched eager ops, many times slower than FP16 per token."""
+    quant = deployment.quant
+    is_fp8 = deployment.precision in FP8_PRECISIONS or (
+        quant.method == "torchao" and "float8" in (quant.quant_type or "").lower()
+    )
+    if not is_fp8 or quant.compiled is True:
+        return None
+    fixed = _unquantized(deployment)
+    impact, rows = impact_between(deployment, fixed, ctx.settings)
+    dtype = unquantized_dtype(deployment) or "bf16"
+    return Finding(
+        rule="fp8-eager",
+        mood=Mood.RED,
+        title="FP8 eager-mode penalty",
+        message=(
+            "torchao float8 weights run through eager dequantization without torch.compile, "
+            "which multiplies the energy per token instead of saving it."
+        ),
+        fix=(
+            f"AutoModelForCausalLM.from_pretrained(model_id, dtype={_torch_dtype_code(dtype)})"
+            "  # or keep FP8 and run model = torch.compile(model)"
+        ),
+        fix_summary=f"load in {dtype} without TorchAoConfig (or torch.compile the FP8 model)",
+        impact=impact,
+        evidence=rows,
+        changes_outputs=True,
+    )
+
+
+def nightly_versions(deployment: Deployment) -> dict[str, str]:
+    """The torch/torchao versions that look like nightly or dev builds (name -> version)."""
+    found: dict[str, str] = {}
+    for name in ("torch", "torchao"):
+        version = getattr(deployment.software, name)
+        if version and _NIGHTLY.search(version):
+            found[name] = version
+    return found
+
+
+def check_nightly_build(deployment: Deployment, ctx: RuleContext) -> Finding | None:
+    """A dev/nightly torch or torchao: kernels and compiled extensions may be missing, so no
+    published energy figure applies and regressions are common."""
+    found = nightly_versions(deployment)
+    if not found:
+        return None
+    listed = ", ".join(f"{name} {version}" for name, version in found.items())
+    return Finding(
+        rule="nightly-build",
+        mood=Mood.GRAY,
+        title="Nightly/dev build",
+        message=(
+            f"{listed} is a development build, which may lack the compiled kernels the "
+            "reference figures were measured with, so its energy use is unverified."
+        ),
+        fix=f"pip install --upgrade {' '.join(found)}  # a stable release from PyPI",
+        fix_summary="install a stable release",
+        impact=None,
+        changes_outputs=False,
+        details=tuple(found.items()),
+    )
+
+
+def check_batch_size_one(deployment: Deployment, ctx: RuleContext) -> Finding | None:
+    """Sustained batch-size-1 serving: the GPU streams all weights for one token of one request;
+    batching amortises that over many requests."""
+    if deployment.batch_size != 1 or deployment.interactive:
+        return None
+    if (deployment.consecutive_bs1_calls or 0) < BS1_SUSTAINED_CALLS:
+        return None
+    target = max(2, ctx.settings.max_batch_size)
+    fixed = deployment.with_(batch_size=target, consecutive_bs1_calls=0)
+    impact, rows = impact_between(deployment, fixed, ctx.settings)
+    return Finding(
+        rule="batch-size-one",
+        mood=Mood.YELLOW,
+        title="Batch-size-one serving",
+        message=(
+            f"{deployment.consecutive_bs1_calls} consecutive generate calls ran one request "
+            "each, so every token pays for a full pass over the weights that a batch would share."
+        ),
+        fix=(
+            f"ecoguard.install(batching=True, max_batch_size={target})"
+            "  # or pass several prompts per generate call"
+        ),
+        fix_summary=f"batch concurrent requests (up to {target} per call)",
+        impact=impact,
+        evidence=rows,
+        changes_outputs=False,
+        details=(("consecutive_bs1_calls", deployment.consecutive_bs1_calls),),
+    )
+
+
+def check_bf16_unsupported(deployment: Deployment, ctx: RuleContext) -> Finding | None:
+    """bf16 on a GPU before Ampere: no bf16 tensor cores, so matmuls are emulated."""
+    uses_bf16 = deployment.dtype == "bf16" or deployment.precision == "bf16"
+    uses_bf16 = uses_bf16 or deployment.quant.compute_dtype == "bf16"
+    gpu = deployment.gpu
+    if not uses_bf16 or (gpu.compute_capability is None and gpu.architecture is None):
+        return None
+    if not _pre_ampere(deployment):
+        return None
+    fixed = deployment.with_(
+        dtype="fp16", precision="fp16" if deployment.precision == "bf16" else deployment.precision
+    )
+    impact, rows = impact_between(deployment, fixed, ctx.settings)
+    where = gpu.name or gpu.profile or gpu.architecture
+    return Finding(
+        rule="bf16-unsupported",
+        mood=Mood.ORANGE,
+        title="bf16 on a pre-Ampere GPU",
+        message=(
+            f"{where} has no bf16 tensor cores, so bf16 matmuls fall back to slow paths and "
+            "waste energy that fp16 would not."
+        ),
+        fix="AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.float16)",
+        fix_summary="use fp16 instead of bf16",
+        impact=impact,
+        evidence=rows,
+        changes_outputs=True,
+    )
+
+
+def memory_need_gb(deployment: Deployment) -> tuple[float, float] | None:
+    """(weights GB, KV cache GB) for the deployment, or None without a model size.
+
+    Weights: params x bytes per param of the precision. KV cache: 2 (K and V) x layers x KV
+    heads x head dim x (prompt + generated tokens) x batch x 2 bytes (fp16 cache)."""
+    params_b = deployment.model.params_b
+    if params_b is None:
+        return None
+    precision = deployment.precision or deployment.dtype or "fp16"
+    weights_gb = params_b * BYTES_PER_PARAM.get(precision, 2.0)
+    model = deployment.model
+    kv_gb = 0.0
+    if model.layers and model.kv_heads and model.head_dim:
+        tokens = (deployment.prompt_tokens or 0) + (deployment.generation_tokens or 0)
+        batch = deployment.batch_size or 1
+        kv_bytes = 2 * model.layers * model.kv_heads * model.head_dim * tokens * batch * 2
+        kv_gb = kv_bytes / 1e9
+    return weights_gb, kv_gb
+
+
+def check_vram_overflow(deployment: Deployment, ctx: RuleContext) -> Finding | None:
+    """Weights plus KV cache above the GPUs' usable memory: the load fails, or accelerate
+    offloads layers to CPU and every token crosses PCIe."""
+    gpu = deployment.gpu
+    need = memory_need_gb(deployment)
+    if need is None or gpu.vram_gb is None:
+        return None
+    weights_gb, kv_gb = need
+    usable_gb = gpu.vram_gb * max(gpu.count, 1) * USABLE_VRAM_FRACTION
+    if weights_gb + kv_gb <= usable_gb:
+        return None
+    return Finding(
+        rule="vram-overflow",
+        mood=Mood.RED,
+        title="VRAM overflow",
+        message=(
+            f"{_name(deployment)} needs ~{weights_gb:.1f} GB of weights plus ~{kv_gb:.1f} GB of "
+            f"KV cache but only ~{usable_gb:.1f} GB of VRAM is usable, so layers spill to CPU "
+            "(or the load fails) and every token pays for the transfer."
+        ),
+        fix=(
+            "model.generate(..., max_new_tokens=<smaller>)  # smaller batch/context, "
+            'or device_map="auto" across more GPUs'
+        ),
+        fix_summary="shrink batch or context, or spread the model over more GPU memory",
+        impact=None,
+        changes_outputs=False,
+        details=(
+            ("weights_gb", round(weights_gb, 2)),
+            ("kv_cache_gb", round(kv_gb, 2)),
+            ("usable_vram_gb", round(usable_gb, 2)),
+        ),
+    )
+
+
+def check_reference_deviation(deployment: Deployment, ctx: RuleContext) -> Finding | None:
+    """Live J/token far from the reference for the same configuration: something the
+    configuration does not show (throttling, contention, a slow kernel path) is at work."""
+    measured = ctx.measured_j_per_token
+    if measured is None or measured <= 0:
+        return None
+    reference = estimate_or_none(deployment, ctx.settings)
+    per_1k = getattr(reference, "energy_per_1k_tokens_j", None)
+    if reference is None or per_1k is None or per_1k <= 0:
+        return None
+    reference_j = per_1k / 1000.0
+    ratio = measured / reference_j
+    if 1.0 / DEVIATION_RATIO < ratio < DEVIATION_RATIO:
+        return None
+    if ratio >= DEVIATION_RATIO:
+        mood = Mood.ORANGE if ratio >= SEVERE_DEVIATION_RATIO else Mood.YELLOW
+        message = (
+            f"This process measures {measured:.3g} J/token, {ratio:.1f}x the {reference.tier} "
+            f"reference of {reference_j:.3g} J/token for the same configuration, so energy is "
+            "being lost somewhere the configuration does not show."
+        )
+    else:
+        mood = Mood.GRAY
+        message = (
+            f"This process measures {measured:.3g} J/token, only {ratio:.2f}x the "
+            f"{reference.tier} reference of {reference_j:.3g} J/token, which suggests the "
+            "configuration differs from what ecoguard was told."
+        )
+    return Finding(
+        rule="reference-deviation",
+        mood=mood,
+        title="Energy far from the reference",
+        message=message,
+        fix="nvidia-smi -q -d PERFORMANCE,POWER  # look for throttling, power caps, other jobs",
+        fix_summary="check clocks, power caps and GPU contention",
+        impact=None,
+        evidence=tuple(reference.rows),
+        changes_outputs=False,
+        details=(
+            ("measured_j_per_token", measured),
+            ("reference_j_per_token", reference_j),
+            ("ratio", round(ratio, 3)),
+            ("reference_tier", reference.tier),
+        ),
+    )

@@ -1,0 +1,103 @@
+"""What a trap costs: the estimator run on the deployment and on its fixed twin.
+
+The rules never compute energy themselves. They describe the fixed configuration and ask the
+knowledge estimator (``ecoguard.knowledge.estimator.estimate``) for both; the difference is the
+finding's :class:`~ecoguard.findings.Impact`. When the estimator is missing, raises, or has no
+basis for either side (tier ``none``), the impact is ``None`` and the rule still fires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ecoguard.config import Settings
+from ecoguard.deployment import Deployment
+from ecoguard.faults import record_fault
+from ecoguard.findings import Impact
+
+# Weakest first: a difference of two estimates is only as good as the weaker one.
+_TIER_STRENGTH: dict[str, int] = {
+    "none": 0,
+    "simulated": 1,
+    "extrapolated": 2,
+    "derived": 3,
+    "reported": 4,
+    "measured": 5,
+    "local": 6,
+    "live": 7,
+}
+
+
+def weaker_tier(first: str, second: str) -> str:
+    """The less certain of two data tiers (unknown tiers count as ``none``)."""
+    return min(first, second, key=lambda tier: _TIER_STRENGTH.get(tier, 0))
+
+
+def _default_estimator() -> Callable[..., Any] | None:
+    try:
+        from ecoguard.knowledge.estimator import estimate
+    except ImportError:
+        return None
+    return estimate
+
+
+# Tests replace this seam with a fake; production resolves the knowledge estimator lazily so
+# ``import ecoguard.rules`` stays cheap and works before the knowledge tables exist.
+estimator_provider: Callable[[], Callable[..., Any] | None] = _default_estimator
+
+
+def estimate_or_none(deployment: Deployment, settings: Settings) -> Any | None:
+    """The estimator's answer for ``deployment``, or None when it has nothing or fails."""
+    estimate = estimator_provider()
+    if estimate is None:
+        return None
+    try:
+        result = estimate(
+            deployment, settings=settings, requests_per_month=settings.monthly_requests
+        )
+    except Exception as exc:  # an under-specified or odd deployment must not break a rule
+        record_fault("rules.estimate", exc)
+        return None
+    if result is None or getattr(result, "tier", "none") == "none":
+        return None
+    return result
+
+
+def impact_between(
+    deployment: Deployment, fixed: Deployment, settings: Settings
+) -> tuple[Impact | None, tuple[str, ...]]:
+    """(impact, evidence row ids) of running ``deployment`` instead of ``fixed``.
+
+    ``extra_energy_pct`` compares energy per request (J); the monthly figures are at
+    ``settings.monthly_requests`` and the region's price as the estimator applies it.
+    """
+    before = estimate_or_none(deployment, settings)
+    after = estimate_or_none(fixed, settings)
+    if before is None or after is None:
+        return None, ()
+    rows = tuple(dict.fromkeys((*before.rows, *after.rows)))
+    before_j = before.energy_per_request_j
+    after_j = after.energy_per_request_j
+    if before_j is None or after_j is None or after_j <= 0:
+        return None, rows
+    extra_pct = (before_j / after_j - 1.0) * 100.0
+    extra_usd = extra_kwh = None
+    before_m, after_m = getattr(before, "monthly", None), getattr(after, "monthly", None)
+    if before_m is not None and after_m is not None:
+        if before_m.cost_usd is not None and after_m.cost_usd is not None:
+            extra_usd = before_m.cost_usd - after_m.cost_usd
+        if before_m.energy_kwh is not None and after_m.energy_kwh is not None:
+            extra_kwh = before_m.energy_kwh - after_m.energy_kwh
+    sources = tuple(dict.fromkeys((*before.sources, *after.sources)))
+    method = f"estimate(before) vs estimate(after): {before.method}; {after.method}"
+    impact = Impact(
+        extra_energy_pct=round(extra_pct, 1),
+        extra_usd_per_month=None if extra_usd is None else round(extra_usd, 2),
+        extra_kwh_per_month=None if extra_kwh is None else round(extra_kwh, 3),
+        monthly_requests=settings.monthly_requests,
+        tier=weaker_tier(before.tier, after.tier),
+        sources=sources,
+        method=method,
+    )
+    return impact, rows
