@@ -1,1 +1,34 @@
+"""The advisor: answers energy questions (free text in English or Chinese, or flags) from the
+reference data with the five protocols: optimize, compare, estimate, diagnose, audit.
 
+Importing this package loads nothing heavy; the names below resolve on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY: dict[str, str] = {
+    "advise": "ecoguard.advisor.advise",
+    "Answer": "ecoguard.advisor.advise",
+    "parse_question": "ecoguard.advisor.parse",
+    "ParsedQuestion": "ecoguard.advisor.parse",
+    "AdvisorResult": "ecoguard.advisor.protocols",
+    "optimize": "ecoguard.advisor.protocols",
+    "compare": "ecoguard.advisor.protocols",
+    "compare_across_models": "ecoguard.advisor.protocols",
+    "estimate": "ecoguard.advisor.protocols",
+    "diagnose": "ecoguard.advisor.protocols",
+    "audit": "ecoguard.advisor.protocols",
+    "render": "ecoguard.advisor.render",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ecoguard.advisor' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,174 @@
+"""`ecoguard advise`, `optimize`, `compare`, `diagnose`.
+
+Light at import (argparse only): the parser, the knowledge tables and the rules load inside the
+handlers, so `ecoguard --help` stays fast and `ecoguard advise` never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+FORMATS = ("md", "text", "json")
+
+
+def _output_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="JSON output (same as --format json)")
+    parser.add_argument("--plain", action="store_true", help="no persona line (mood tag only)")
+    parser.add_argument(
+        "--format", choices=FORMATS, default=None, help="md (default), text or json"
+    )
+
+
+def _deployment_flags(parser: argparse.ArgumentParser, *, precision_help: str) -> None:
+    parser.add_argument(
+        "--model", required=True, help="model id or size: Qwen2.5-7B, mistral-7b, 7B"
+    )
+    parser.add_argument(
+        "--gpu",
+        default=None,
+        help="GPU profile or nickname: 5090, 4090D, a800, h100, t4 (default rtx4090d)",
+    )
+    parser.add_argument("--precision", default=None, help=precision_help)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--prompt-tokens", type=int, default=None)
+    parser.add_argument("--generation-tokens", type=int, default=None)
+    parser.add_argument("--requests-per-month", type=int, default=None)
+    parser.add_argument("--region", default=None, help="us, china, eu, uk, fr, de, in, jp, ca")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "advise",
+        help="answer an energy question in English or Chinese",
+        description='Answer a question such as "greenest config for Qwen2.5-3B on RTX 5090" or '
+        '"我想用 Yi-6B 跑 100 万字, 要花多少钱" from the reference data.',
+    )
+    p.add_argument("text", nargs="+", help="the question (quote it)")
+    _output_flags(p)
+    p.set_defaults(func=_advise)
+
+    p = subparsers.add_parser(
+        "optimize", help="recommended precision and batch size for a model on a GPU"
+    )
+    _deployment_flags(p, precision_help="current precision (default fp16)")
+    p.add_argument("--use", choices=("chat", "api", "batch"), default="chat")
+    _output_flags(p)
+    p.set_defaults(func=_optimize)
+
+    p = subparsers.add_parser("compare", help="every precision for a model on a GPU, side by side")
+    _deployment_flags(p, precision_help="your current precision (its traps are listed)")
+    _output_flags(p)
+    p.set_defaults(func=_compare)
+
+    p = subparsers.add_parser(
+        "diagnose", help="your measured figures against the reference: which trap matches"
+    )
+    _deployment_flags(p, precision_help="precision in use (inferred from the figures when omitted)")
+    p.add_argument("--throughput", type=float, default=None, help="observed tokens per second")
+    p.add_argument("--power", type=float, default=None, help="observed average power, W")
+    p.add_argument(
+        "--energy-per-1k", type=float, default=None, help="observed J per 1k generated tokens"
+    )
+    _output_flags(p)
+    p.set_defaults(func=_diagnose)
+
+
+def _fmt(args: argparse.Namespace) -> str:
+    if args.json:
+        return "json"
+    return args.format or "md"
+
+
+def _emit(answer: Any, args: argparse.Namespace) -> int:
+    from ecoguard.advisor.render import render
+    from ecoguard.advisor.voice import use_color
+
+    fmt = _fmt(args)
+    text = render(answer, fmt=fmt, plain=args.plain, color=fmt != "json" and use_color(sys.stdout))
+    try:
+        sys.stdout.write(text)
+    except UnicodeEncodeError:
+        sys.stdout.buffer.write(text.encode("utf-8", errors="replace"))
+    sys.stdout.flush()
+    return 0
+
+
+def _advise(args: argparse.Namespace) -> int:
+    from ecoguard.advisor.advise import advise
+
+    return _emit(advise(" ".join(args.text)), args)
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from ecoguard.config import Settings
+
+    settings = Settings.from_env()
+    if args.region:
+        from ecoguard.knowledge import region
+
+        region(args.region)  # unknown region -> UsageError naming the accepted ones
+        settings = settings.with_(region=args.region)
+    return settings
+
+
+def _answer_for(args: argparse.Namespace, protocol: str) -> Any:
+    from ecoguard.advisor import protocols
+    from ecoguard.advisor.advise import Answer, build_deployment, honesty_notes
+    from ecoguard.deployment import normalize_precision
+
+    precision = normalize_precision(args.precision) if args.precision else None
+    dep, defaults = build_deployment(
+        model=args.model,
+        gpu=args.gpu,
+        precision=precision,
+        batch_size=args.batch_size,
+        prompt_tokens=args.prompt_tokens,
+        generation_tokens=args.generation_tokens,
+        use=getattr(args, "use", None),
+        fill_precision=protocol == "optimize",
+    )
+    settings = _settings(args)
+    requests = args.requests_per_month
+    if protocol == "optimize":
+        result = protocols.optimize(
+            dep, use=args.use, settings=settings, requests_per_month=requests
+        )
+    elif protocol == "compare":
+        result = protocols.compare(dep, settings=settings, requests_per_month=requests)
+    else:
+        result = protocols.diagnose(
+            dep,
+            observed_throughput_tok_s=args.throughput,
+            observed_power_w=args.power,
+            observed_energy_j_per_1k=args.energy_per_1k,
+            settings=settings,
+            requests_per_month=requests,
+        )
+    in_play = tuple(
+        p
+        for p in (
+            (result.deployment.precision if result.deployment else None),
+            (result.recommendation or {}).get("precision"),
+        )
+        if p
+    )
+    return Answer(
+        result=result,
+        defaults=tuple(defaults),
+        honesty=tuple(honesty_notes(result.deployment or dep, in_play)),
+        settings_used={"region": settings.region, "price_usd_per_kwh": settings.price_usd_per_kwh},
+    )
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    return _emit(_answer_for(args, "optimize"), args)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    return _emit(_answer_for(args, "compare"), args)
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    return _emit(_answer_for(args, "diagnose"), args)

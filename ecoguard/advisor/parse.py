@@ -1,0 +1,1169 @@
+"""Free-text questions (English or Chinese) -> a protocol and its parameters.
+
+The parser is pure and bounded: it reads at most ``MAX_QUESTION_BYTES`` of text, refuses binary
+input, and uses only patterns without nested quantifiers, so its time is linear in the input.
+It never resolves names against the knowledge tables itself (that is ``build.py``'s job); it
+records what the question said and every unit conversion it made, so the answer can show them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ecoguard.advisor.numbers import CN_NUMBER, NUMBER, SCALE, format_count
+from ecoguard.deployment import PRECISION_ALIASES
+from ecoguard.errors import UsageError
+
+MAX_QUESTION_BYTES = 10_240
+
+# Conversion constants (stated in every answer that uses them).
+REQUESTS_PER_USER = 5  # requests a daily user sends, when a question counts users
+DAYS_PER_MONTH = 30
+CHINESE_CHARS_PER_TOKEN = 2.0  # Qwen/Yi-style tokenizers, mixed Chinese text
+ENGLISH_CHARS_PER_TOKEN = 4.0
+WORDS_PER_TOKEN = 0.75  # English words per token
+BYTES_PER_TOKEN = 4.0  # plain text: "1 GB of text" ~ 250M tokens
+
+PROTOCOLS: tuple[str, ...] = ("optimize", "compare", "estimate", "diagnose", "audit")
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """One unit conversion the parser made, shown to the user: ``source`` as written,
+    ``value`` after conversion, ``rule`` the assumption used (en and zh wording)."""
+
+    field: str
+    source: str
+    value: float
+    rule_en: str
+    rule_zh: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "field": self.field,
+            "source": self.source,
+            "value": self.value,
+            "rule": self.rule_en,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfData:
+    """Something the question asks about that no reference row covers (AMD GPUs, batch > 64,
+    sequences > 4096, GPTQ/AWQ/GGUF)."""
+
+    topic: str  # amd-gpu, batch-size, sequence-length, quant-method
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"topic": self.topic, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuestion:
+    """What a question said. ``None`` means not stated (defaults are applied later and listed)."""
+
+    text: str
+    language: str  # "en" | "zh"
+    protocol: str
+    protocol_reason: str
+    model: str | None = None  # as written: "Qwen2.5-3B", "mistral-7b", "7B"
+    model_size_b: float | None = None  # from the name, when it carries a size
+    gpu: str | None = None  # as written, normalised: "5090", "a800", "t4", "blackwell"
+    gpus: tuple[str, ...] = ()
+    precision: str | None = None  # canonical, the current/asked-about one
+    precisions: tuple[str, ...] = ()  # every precision mentioned, in order
+    batch_size: int | None = None
+    prompt_tokens: int | None = None
+    generation_tokens: int | None = None
+    use: str | None = None
+    requests_per_month: int | None = None
+    total_tokens: int | None = None  # a one-off text volume to generate
+    hours_per_day: float | None = None
+    region: str | None = None
+    currency: str = "USD"
+    cny_per_usd: float | None = None
+    price_per_kwh: float | None = None
+    price_currency: str | None = None
+    int8_threshold: float | None = None
+    double_quant: bool | None = None
+    compiled: bool | None = None
+    observed_throughput_tok_s: float | None = None
+    observed_power_w: float | None = None
+    observed_energy_j_per_1k: float | None = None
+    paths: tuple[str, ...] = ()
+    conversions: tuple[Conversion, ...] = ()
+    out_of_data: tuple[OutOfData, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "language": self.language,
+            "protocol": self.protocol,
+            "protocol_reason": self.protocol_reason,
+        }
+        for name in (
+            "model",
+            "model_size_b",
+            "gpu",
+            "precision",
+            "batch_size",
+            "prompt_tokens",
+            "generation_tokens",
+            "use",
+            "requests_per_month",
+            "total_tokens",
+            "hours_per_day",
+            "region",
+            "cny_per_usd",
+            "price_per_kwh",
+            "price_currency",
+            "int8_threshold",
+            "double_quant",
+            "compiled",
+            "observed_throughput_tok_s",
+            "observed_power_w",
+            "observed_energy_j_per_1k",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        out["currency"] = self.currency
+        if len(self.precisions) > 1:
+            out["precisions"] = list(self.precisions)
+        if len(self.gpus) > 1:
+            out["gpus"] = list(self.gpus)
+        if self.paths:
+            out["paths"] = list(self.paths)
+        out["conversions"] = [c.to_dict() for c in self.conversions]
+        out["out_of_data"] = [o.to_dict() for o in self.out_of_data]
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks
+
+
+def check_question(text: object) -> str:
+    """Reject what cannot be a question: not text, empty, over 10 kB, or binary. Returns the
+    stripped text."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError("the question is binary data, not UTF-8 text") from None
+    if not isinstance(text, str):
+        raise UsageError(f"the question must be text, got {type(text).__name__}")
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_QUESTION_BYTES:
+        raise UsageError(
+            f"the question is {size:,} bytes; the limit is {MAX_QUESTION_BYTES:,} bytes (10 kB). "
+            "Ask about one deployment at a time, or audit code with `ecoguard audit PATH`."
+        )
+    stripped = text.strip()
+    if not stripped:
+        raise UsageError(
+            'empty question; try: ecoguard advise "greenest config for Qwen2.5-3B on RTX 5090"'
+        )
+    # Binary: NUL bytes, undecodable bytes smuggled in by the OS (surrogate escapes), or mostly
+    # control characters.
+    controls = 0
+    for ch in stripped:
+        code = ord(ch)
+        if code == 0 or 0xDC80 <= code <= 0xDCFF:
+            raise UsageError("the question contains binary data (NUL or undecodable bytes)")
+        if code < 32 and ch not in "\t\n\r":
+            controls += 1
+    if controls > max(2, len(stripped) // 20):
+        raise UsageError("the question looks like binary data (control characters)")
+    return stripped
+
+
+def detect_language(text: str) -> str:
+    """``zh`` when the text carries Chinese characters, else ``en``."""
+    han = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    return "zh" if han >= 2 or (han and han * 4 >= len(text)) else "en"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables used for detection (resolution against the knowledge tables happens in build.py)
+
+# Lower-cased token -> normalised GPU text passed to knowledge.resolve_gpu.
+_GPU_TOKENS: dict[str, str] = {
+    "5090": "rtx5090",
+    "rtx5090": "rtx5090",
+    "4090d": "rtx4090d",
+    "rtx4090d": "rtx4090d",
+    "4090": "rtx4090",
+    "rtx4090": "rtx4090",
+    "3090": "rtx3090",
+    "rtx3090": "rtx3090",
+    "a800": "a800",
+    "a100": "a100",
+    "h100": "h100",
+    "h800": "h800",
+    "h200": "h200",
+    "h20": "h20",
+    "t4": "t4",
+    "l4": "l4",
+    "l40": "l40s",
+    "l40s": "l40s",
+    "v100": "v100",
+    "a10": "a10",
+    "a10g": "a10g",
+    "a6000": "a6000",
+    "b200": "b200",
+    "b100": "b100",
+    "gb200": "gb200",
+    "pro6000": "rtxpro6000",
+    "rtxpro6000": "rtxpro6000",
+}
+# Architecture words -> the GPU of that family with the most reference data.
+_ARCH_GPUS: dict[str, tuple[str, str]] = {
+    "blackwell": ("rtx5090", "RTX 5090"),
+    "turing": ("t4", "Tesla T4"),
+    "ampere": ("a800", "A800"),
+    "ada": ("rtx4090d", "RTX 4090D"),
+    "lovelace": ("rtx4090d", "RTX 4090D"),
+    "hopper": ("h100", "H100"),
+}
+_AMD_TOKENS = frozenset(
+    {
+        "amd",
+        "radeon",
+        "instinct",
+        "mi300x",
+        "mi300",
+        "mi325x",
+        "mi250",
+        "mi250x",
+        "mi210",
+        "mi100",
+        "rx7900",
+        "7900xtx",
+        "rocm",
+    }
+)
+_OTHER_QUANT = {"gptq": "GPTQ", "awq": "AWQ", "gguf": "GGUF", "exl2": "EXL2", "hqq": "HQQ"}
+_MODEL_FAMILIES = frozenset(
+    {
+        "qwen",
+        "qwen1.5",
+        "qwen2",
+        "qwen2.5",
+        "qwen3",
+        "mistral",
+        "mixtral",
+        "llama",
+        "llama2",
+        "llama3",
+        "llama-2",
+        "llama-3",
+        "tinyllama",
+        "yi",
+        "yi-1.5",
+        "phi",
+        "phi-2",
+        "phi-3",
+        "gemma",
+        "gemma2",
+        "deepseek",
+        "baichuan",
+        "baichuan2",
+        "chatglm",
+        "glm",
+        "internlm",
+        "falcon",
+        "opt",
+        "smollm",
+        "smollm2",
+        "gpt2",
+        "gpt-2",
+        "bloom",
+        "olmo",
+        "starcoder",
+        "codellama",
+        "vicuna",
+    }
+)
+# Words after a bare size ("100B tokens") that mean it is not a model size.
+_NOT_MODEL_AFTER = frozenset(
+    {"token", "tokens", "request", "requests", "words", "chars", "users", "bytes"}
+)
+
+_REGIONS: dict[str, str] = {
+    "china": "china",
+    "chinese": "china",
+    "cn": "china",
+    "prc": "china",
+    "中国": "china",
+    "国内": "china",
+    "us": "us",
+    "usa": "us",
+    "america": "us",
+    "美国": "us",
+    "eu": "eu",
+    "europe": "eu",
+    "european": "eu",
+    "欧洲": "eu",
+    "欧盟": "eu",
+    "uk": "uk",
+    "britain": "uk",
+    "england": "uk",
+    "英国": "uk",
+    "france": "fr",
+    "french": "fr",
+    "法国": "fr",
+    "germany": "de",
+    "german": "de",
+    "德国": "de",
+    "india": "in",
+    "印度": "in",
+    "japan": "jp",
+    "日本": "jp",
+    "canada": "ca",
+    "加拿大": "ca",
+}
+
+# Token pattern: runs of ASCII word characters (with . - / + = kept inside names and code),
+# or runs of Han characters. One character class per alternative: linear.
+_TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/+]*|[\u4e00-\u9fff]+")
+_SIZE_PART = re.compile(r"(\d+(?:\.\d+)?)([bBmM])")
+
+
+def _tokens(text: str) -> list[tuple[int, int, str]]:
+    out = []
+    for m in _TOKEN.finditer(text):
+        raw = m.group(0).rstrip(".-/+")
+        if raw:
+            out.append((m.start(), m.start() + len(raw), raw))
+    return out
+
+
+def _mask(text: str, spans: list[tuple[int, int]]) -> str:
+    chars = list(text)
+    for start, end in spans:
+        for i in range(start, end):
+            chars[i] = " "
+    return "".join(chars)
+
+
+def _window(text: str, start: int, end: int, before: int = 12, after: int = 30) -> tuple[str, str]:
+    return text[max(0, start - before) : start].lower(), text[end : end + after].lower()
+
+
+def _has_any(haystack: str, needles: tuple[str, ...]) -> bool:
+    return any(n in haystack for n in needles)
+
+
+# ---------------------------------------------------------------------------------------------
+# Protocol choice
+
+_AUDIT_WORDS = ("audit", "scan my code", "check my code", "审计", "扫描代码", "检查代码")
+_COMPARE_WORDS = (
+    "compare",
+    "comparison",
+    " vs ",
+    " vs.",
+    "versus",
+    "all precisions",
+    "every precision",
+    "each precision",
+    "side by side",
+    "对比",
+    "比较",
+    "所有精度",
+    "各种精度",
+    "各精度",
+    "全部精度",
+    "better than",
+    "worse than",
+)
+_DIAGNOSE_WORDS = (
+    "why",
+    "crazy",
+    "too high",
+    "too slow",
+    "slow",
+    "worse",
+    "insane",
+    "huge bill",
+    "help",
+    "problem",
+    "expected",
+    "diagnose",
+    "what's wrong",
+    "what is wrong",
+    "high bill",
+    "only get",
+    "i get",
+    "i'm getting",
+    "getting only",
+    "为什么",
+    "为啥",
+    "离谱",
+    "太高",
+    "太慢",
+    "很慢",
+    "变慢",
+    "更慢",
+    "更差",
+    "更耗",
+    "诊断",
+    "怎么回事",
+    "不正常",
+    "帮帮",
+    "救命",
+    "只有",
+)
+_OPTIMIZE_WORDS = (
+    "greenest",
+    "best config",
+    "best setup",
+    "best precision",
+    "best batch",
+    "optimal",
+    "optimize",
+    "optimise",
+    "recommend",
+    "should i",
+    "which precision",
+    "most efficient",
+    "efficient config",
+    "lowest energy",
+    "cheapest config",
+    "how should",
+    "最省",
+    "最环保",
+    "最绿",
+    "最佳",
+    "推荐",
+    "怎么选",
+    "应该用",
+    "该用",
+    "选哪",
+    "优化",
+    "最节能",
+    "最划算",
+    "最好的配置",
+    "最优",
+)
+_ESTIMATE_WORDS = (
+    "cost",
+    "how much",
+    "price",
+    "bill",
+    "spend",
+    "$",
+    "per month",
+    "a month",
+    "kwh",
+    "energy use",
+    "carbon",
+    "co2",
+    "estimate",
+    "budget",
+    "多少钱",
+    "成本",
+    "费用",
+    "电费",
+    "花费",
+    "要花",
+    "预算",
+    "耗电",
+    "碳排",
+    "估算",
+    "多少度",
+)
+
+
+def _choose_protocol(lower: str, facts: dict[str, object]) -> tuple[str, str]:
+    """Pick the protocol from keywords and the facts found. Order matters: an audit names files,
+    a comparison asks for several precisions, a diagnosis reports a problem or a figure."""
+    if facts.get("paths") or _has_any(lower, _AUDIT_WORDS):
+        return "audit", "names source files or asks for an audit"
+    precisions = facts.get("precisions") or ()
+    if _has_any(lower, _COMPARE_WORDS) or (" or " in lower and len(precisions) >= 2):  # type: ignore[arg-type]
+        return "compare", "asks to compare configurations"
+    if any(
+        facts.get(k) is not None
+        for k in ("observed_throughput_tok_s", "observed_power_w", "observed_energy_j_per_1k")
+    ):
+        return "diagnose", "reports a measured figure to check"
+    if _has_any(lower, _DIAGNOSE_WORDS):
+        return "diagnose", "reports a problem or asks why"
+    if _has_any(lower, _OPTIMIZE_WORDS):
+        return "optimize", "asks for the best configuration"
+    if _has_any(lower, _ESTIMATE_WORDS) or any(
+        facts.get(k) is not None for k in ("requests_per_month", "total_tokens", "hours_per_day")
+    ):
+        return "estimate", "asks what it will cost"
+    if facts.get("model") is not None:
+        return "estimate", "names a model without a specific request; estimating it"
+    raise UsageError(
+        "I could not tell what you want to know. Name a model and a GPU and ask, e.g.: "
+        '"greenest config for Qwen2.5-3B on RTX 5090", "compare all precisions Qwen2.5-7B on 5090", '
+        '"Mistral-7B on A800 cost for 1 million requests a month", '
+        '"我想用 Yi-6B 跑 100 万字, 要花多少钱"'
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction
+
+
+def _find_models(tokens: list[tuple[int, int, str]]) -> list[tuple[int, int, str, float | None]]:
+    """Model mentions: ``(start, end, text, size_b)``."""
+    found: list[tuple[int, int, str, float | None]] = []
+    for i, (start, end, raw) in enumerate(tokens):
+        parts = [p for p in re.split(r"[-/_]", raw) if p]
+        size_b: float | None = None
+        for part in parts:
+            m = _SIZE_PART.fullmatch(part)
+            if m:
+                value = float(m.group(1))
+                size_b = value if m.group(2) in "bB" else value / 1000.0
+        lower = raw.lower()
+        if size_b is not None and len(parts) > 1:
+            found.append((start, end, raw, size_b))
+            continue
+        if size_b is not None and len(parts) == 1:
+            nxt = tokens[i + 1][2].lower() if i + 1 < len(tokens) else ""
+            if nxt in _NOT_MODEL_AFTER or raw[-1] in "mM":
+                continue
+            prev = tokens[i - 1] if i > 0 else None
+            if prev is not None and prev[2].lower() in _MODEL_FAMILIES:
+                found.append((prev[0], end, f"{prev[2]}-{raw}", size_b))
+            else:
+                found.append((start, end, raw, size_b))
+            continue
+        base = lower.split("/")[-1]
+        if any(base.startswith(f) for f in ("tinyllama", "smollm")) or (
+            "/" in raw and base.split("-")[0] in _MODEL_FAMILIES
+        ):
+            found.append((start, end, raw, None))
+    return found
+
+
+def _find_gpus(
+    tokens: list[tuple[int, int, str]], conversions: list[Conversion]
+) -> tuple[list[tuple[int, int, str]], bool]:
+    """GPU mentions ``(start, end, normalised)`` and whether an AMD GPU was named."""
+    found: list[tuple[int, int, str]] = []
+    amd = False
+    for i, (start, end, raw) in enumerate(tokens):
+        lower = raw.lower()
+        for prefix in ("nvidia-", "geforce-", "tesla-"):
+            if lower.startswith(prefix):
+                lower = lower[len(prefix) :]
+        key = lower.replace("-", "").replace("_", "")
+        if key in _AMD_TOKENS or (key.startswith("mi") and key[2:5].isdigit() and len(key) <= 6):
+            amd = True
+            continue
+        if key in ("rtx", "pro") and i + 1 < len(tokens):
+            # "RTX PRO 6000", "RTX 4090 D"
+            joined = "".join(t[2].lower() for t in tokens[i + 1 : i + 3])
+            if joined == "pro6000" and i + 2 < len(tokens):
+                found.append((start, tokens[i + 2][1], "rtxpro6000"))
+            elif (
+                key == "rtx"
+                and tokens[i + 1][2].isdigit()
+                and tokens[i + 1][2].lower() not in _GPU_TOKENS
+            ):
+                found.append(
+                    (start, tokens[i + 1][1], "rtx" + tokens[i + 1][2])
+                )  # unknown: resolve says so
+            continue
+        if key in _GPU_TOKENS:
+            norm = _GPU_TOKENS[key]
+            stop = end
+            if (
+                key in ("4090", "rtx4090")
+                and i + 1 < len(tokens)
+                and tokens[i + 1][2].lower() == "d"
+            ):
+                norm, stop = "rtx4090d", tokens[i + 1][1]
+            if found and found[-1][2] == "rtxpro6000" and key == "6000":
+                continue
+            found.append((start, stop, norm))
+        elif key.startswith(("rtx", "gtx", "quadro")) and len(key) > 3:
+            found.append(
+                (start, end, key)
+            )  # an NVIDIA-looking name we do not know: resolve says so
+        elif key in _ARCH_GPUS:
+            norm, label = _ARCH_GPUS[key]
+            found.append((start, end, norm))
+            conversions.append(
+                Conversion(
+                    "gpu",
+                    raw,
+                    0.0,
+                    f"{raw} -> {label} (the {raw} GPU with the most reference data)",
+                    f"{raw} -> {label}（该架构中参考数据最多的 GPU）",
+                )
+            )
+    return found, amd
+
+
+_CODE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"load_in_8bit\s*=\s*true", re.I), "int8_mixed"),
+    (re.compile(r"load_in_4bit\s*=\s*true", re.I), "nf4"),
+    (re.compile(r"(?:torch_)?dtype\s*=\s*(?:torch\.)?(?:float16|half)\b", re.I), "fp16"),
+    (re.compile(r"(?:torch_)?dtype\s*=\s*(?:torch\.)?bfloat16\b", re.I), "bf16"),
+    (re.compile(r"(?:torch_)?dtype\s*=\s*(?:torch\.)?float32\b", re.I), "fp32"),
+    (re.compile(r"float8_dynamic_activation|float8dynamicactivation", re.I), "fp8_dynamic"),
+    (re.compile(r"float8_weight_only|float8weightonly", re.I), "fp8_weight_only"),
+)
+_ZH_PRECISIONS: tuple[tuple[str, str], ...] = (
+    ("纯int8", "int8_pure"),
+    ("纯 int8", "int8_pure"),
+    ("半精度", "fp16"),
+    ("8位", "int8_mixed"),
+    ("8 位", "int8_mixed"),
+    ("八位", "int8_mixed"),
+    ("8比特", "int8_mixed"),
+    ("4位", "nf4"),
+    ("4 位", "nf4"),
+    ("四位", "nf4"),
+    ("4比特", "nf4"),
+)
+
+
+def _find_precisions(text: str, tokens: list[tuple[int, int, str]]) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    lower = text.lower()
+    for pattern, precision in _CODE_PATTERNS:
+        for m in pattern.finditer(text):
+            found.append((m.start(), precision))
+    for needle, precision in _ZH_PRECISIONS:
+        pos = lower.find(needle)
+        if pos >= 0:
+            found.append((pos, precision))
+    words = [(s, t.lower()) for s, _e, t in tokens]
+    for i, (start, word) in enumerate(words):
+        if "=" in word or word.startswith("torch"):
+            continue
+        key = word.replace("-", "_")
+        nxt = words[i + 1][1] if i + 1 < len(words) else ""
+        prev = words[i - 1][1] if i > 0 else ""
+        if key in ("int8", "8bit", "8_bit") and (prev in ("pure", "纯") or nxt == "pure"):
+            found.append((start, "int8_pure"))
+        elif key in ("int8", "8bit", "8_bit") and prev in ("mixed",):
+            found.append((start, "int8_mixed"))
+        elif key in ("fp8", "float8") and nxt in ("dynamic", "dyn", "dynamic_activation"):
+            found.append((start, "fp8_dynamic"))
+        elif (key in ("nf4", "4bit", "4_bit") and nxt in ("dq", "double_quant")) or key == "nf4+dq":
+            found.append((start, "nf4_dq"))
+        elif (
+            key in PRECISION_ALIASES
+            and key not in ("float", "full", "half", "load_in_8bit", "load_in_4bit")
+        ) or key in ("load_in_8bit", "load_in_4bit"):
+            found.append((start, PRECISION_ALIASES[key]))
+        elif key == "half" and nxt == "precision":
+            found.append((start, "fp16"))
+    found.sort()
+    return found
+
+
+def _find_paths(tokens: list[tuple[int, int, str]]) -> list[str]:
+    return [t for _s, _e, t in tokens if t.lower().endswith((".py", ".ipynb")) and len(t) > 3]
+
+
+_MONTH = ("month", "/mo", "mo.", "monthly", "月")
+_DAY = ("day", "daily", "/d", "天", "日", "dau")
+_HOUR_WORDS = ("hour", "hr", "小时")
+
+_RE_REQUESTS = re.compile(
+    rf"({NUMBER})({SCALE})\s*(?:requests?|reqs?|calls?|queries|query|inferences?|generations?|"
+    r"conversations?|次请求|次调用|个请求|次推理|次对话|次)",
+    re.I,
+)
+_RE_REQUESTS_CN = re.compile(rf"({CN_NUMBER})\s*(?:次请求|次调用|个请求|次推理|次对话|次)")
+_RE_USERS = re.compile(
+    rf"({NUMBER})({SCALE})\s*(?:daily\s+)?(?:users?|dau|visitors?|customers?|用户|人|个用户)", re.I
+)
+_RE_HOURS = re.compile(rf"({NUMBER})\s*(?:hours?|hrs?|h|个小时|小时)\b", re.I)
+_RE_CHARS = re.compile(rf"({NUMBER})({SCALE})\s*(?:个)?(?:汉字|中文字|字|characters|chars)", re.I)
+_RE_CHARS_CN = re.compile(rf"({CN_NUMBER})\s*(?:个)?(?:汉字|中文字|字)")
+_RE_WORDS = re.compile(rf"({NUMBER})({SCALE})\s*(?:english\s+)?words", re.I)
+_RE_BYTES = re.compile(rf"({NUMBER})\s*(tb|gb|mb|kb)\b", re.I)
+_RE_TOKENS_VOLUME = re.compile(rf"({NUMBER})({SCALE})\s*tokens?\b(?!\s*(?:/|per)\s*s)", re.I)
+_RE_THROUGHPUT = re.compile(
+    rf"({NUMBER})\s*(?:tok/s|tokens?/s(?:ec)?|t/s|tps|tokens? per second|tok per second|"
+    r"tokens?\s*每秒|个\s*token\s*每秒)",
+    re.I,
+)
+_RE_THROUGHPUT_CN = re.compile(rf"每秒\s*(?:只有|仅)?\s*({NUMBER})\s*(?:个)?\s*tokens?", re.I)
+_RE_POWER = re.compile(rf"({NUMBER})\s*(?:w|watts?|瓦)(?![a-z])", re.I)
+_RE_ENERGY_1K = re.compile(
+    rf"({NUMBER})\s*(?:j|joules?|焦耳?)\s*(?:/|per|每)\s*(?:1k|1,?000|千)\s*(?:tokens?|tok)?", re.I
+)
+_RE_ENERGY_TOKEN = re.compile(
+    rf"({NUMBER})\s*(m?j|m?joules?|焦耳?)\s*(?:/|per|每)\s*(?:tokens?|tok)\b", re.I
+)
+_RE_ENERGY_TOKEN_CN = re.compile(rf"每\s*(?:个)?\s*tokens?\s*({NUMBER})\s*(毫焦|mj|焦耳?|j)", re.I)
+_RE_BATCH = re.compile(
+    rf"(?:batch[\s_\-]?size|\bbs|batch|批大小|批量大小|批次大小|批处理大小|批量|批次)\s*(?:=|:|：|of|is|为|是|设为|设成)?\s*({NUMBER})",
+    re.I,
+)
+_RE_CONTEXT = re.compile(
+    rf"(?:context(?:\s+length)?|sequence(?:\s+length)?|seq(?:uence)?[\s_]?len|max_length|上下文|序列长度)"
+    rf"\s*(?:=|:|：|of|is|为)?\s*({NUMBER})\s*(k)?",
+    re.I,
+)
+_RE_CONTEXT_AFTER = re.compile(
+    rf"({NUMBER})\s*(k)?\s*(?:-\s*)?(?:token\s+)?(?:context|上下文)", re.I
+)
+_RE_IN = re.compile(
+    rf"({NUMBER})\s*(?:tokens?\s+)?(?:in\b|input|prompt)|(?:prompt|input|输入)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
+    re.I,
+)
+_RE_OUT = re.compile(
+    rf"({NUMBER})\s*(?:tokens?\s+)?(?:out\b|output|generated)|(?:max_new_tokens|output|输出|生成)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
+    re.I,
+)
+_RE_RATE = re.compile(
+    rf"(?:rate|汇率|exchange rate)\s*(?:of|is|=|:|：|为)?\s*({NUMBER})"
+    rf"|1\s*(?:usd|\$|美元|dollar)\s*=\s*({NUMBER})\s*(?:cny|rmb|元|人民币|yuan)"
+    rf"|({NUMBER})\s*(?:cny|rmb|元|yuan)\s*(?:/|per|每)\s*(?:usd|\$|美元|dollar)"
+    rf"|usd\s*/\s*cny\s*(?:=|:)?\s*({NUMBER})",
+    re.I,
+)
+_RE_PRICE_USD = re.compile(
+    rf"(?:\$|usd\s*)({NUMBER})\s*(?:/|per|a|每)\s*kwh|({NUMBER})\s*(?:usd|dollars?)\s*(?:/|per|a)\s*kwh"
+    rf"|({NUMBER})\s*(?:cents?|¢)\s*(?:/|per|a)\s*kwh",
+    re.I,
+)
+_RE_PRICE_CNY = re.compile(
+    rf"({NUMBER})\s*(?:元|cny|rmb|yuan|块钱?)\s*(?:/|per|每|一)\s*(?:kwh|度|千瓦时)"
+    rf"|(?:电价|electricity price)\s*(?:是|为|=|:|：)?\s*({NUMBER})\s*(?:元|cny|rmb|yuan|块)",
+    re.I,
+)
+
+
+_WORD_NUMBERS = re.compile(r"\b(half a|a|one|ten|a hundred)\s+(thousand|million|billion)\b", re.I)
+_WORD_VALUES = {"half a": "0.5", "a": "1", "one": "1", "ten": "10", "a hundred": "100"}
+
+
+def _word_number(m: re.Match[str]) -> str:
+    return f"{_WORD_VALUES[m.group(1).lower()]} {m.group(2)}"
+
+
+def _num(text: str, scale: str | None = None) -> float:
+    from ecoguard.advisor.numbers import parse_number, scale_factor
+
+    return parse_number(text) * scale_factor(scale)
+
+
+def _first_group(m: re.Match[str]) -> str:
+    return next(g for g in m.groups() if g is not None)
+
+
+def parse_question(text: object) -> ParsedQuestion:
+    """Parse a free-text question. Raises UsageError for bad input or contradictions."""
+    question = check_question(text)
+    language = detect_language(question)
+    lower = question.lower()
+    conversions: list[Conversion] = []
+    out_of_data: list[OutOfData] = []
+    notes: list[str] = []
+    facts: dict[str, object] = {}
+
+    tokens = _tokens(question)
+    models = _find_models(tokens)
+    gpus, amd = _find_gpus(tokens, conversions)
+    paths = _find_paths(tokens)
+    precisions_found = _find_precisions(question, tokens)
+
+    # Everything below reads numbers: hide model and GPU names so "Qwen2.5-7B" is not 7e9 and
+    # "H100" is not 100 of anything.
+    masked = _mask(question, [(s, e) for s, e, *_ in models] + [(s, e) for s, e, _ in gpus])
+    # "a million requests", "half a million" -> digits, so one number grammar serves all.
+    masked = _WORD_NUMBERS.sub(_word_number, masked)
+    masked_lower = masked.lower()
+
+    if models:
+        distinct = {m[2].lower() for m in models}
+        facts["model"], facts["model_size_b"] = models[0][2], models[0][3]
+        if len(distinct) > 1:
+            sizes = {m[3] for m in models}
+            if len(sizes) > 1:
+                raise UsageError(
+                    "the question names more than one model ("
+                    + ", ".join(m[2] for m in models)
+                    + "); ask about one model at a time"
+                )
+    gpu_list: list[str] = []
+    for _s, _e, g in gpus:
+        if g not in gpu_list:
+            gpu_list.append(g)
+    if gpu_list:
+        facts["gpu"] = gpu_list[0]
+    if amd:
+        out_of_data.append(
+            OutOfData("amd-gpu", "AMD GPUs: every reference row was measured on NVIDIA GPUs")
+        )
+    precisions: list[str] = []
+    for _pos, p in precisions_found:
+        if p not in precisions:
+            precisions.append(p)
+    facts["precisions"] = tuple(precisions)
+    for word, label in _OTHER_QUANT.items():
+        if re.search(rf"\b{word}\b", lower):
+            out_of_data.append(
+                OutOfData("quant-method", f"{label}: no reference row measures {label} kernels")
+            )
+
+    # Code flags that refine a precision.
+    m = re.search(rf"llm_int8_threshold\s*=\s*({NUMBER})", question, re.I)
+    if m:
+        facts["int8_threshold"] = float(m.group(1))
+        if float(m.group(1)) == 0.0:
+            precisions = ["int8_pure" if p == "int8_mixed" else p for p in precisions]
+            if "int8_pure" not in precisions:
+                precisions.insert(0, "int8_pure")
+    if re.search(r"bnb_4bit_use_double_quant\s*=\s*true", question, re.I):
+        facts["double_quant"] = True
+        precisions = ["nf4_dq" if p == "nf4" else p for p in precisions]
+    if re.search(r"torch\.compile|compile\s*=\s*true", question, re.I):
+        facts["compiled"] = True
+    if re.search(r"load_in_8bit\s*=\s*true", question, re.I) and re.search(
+        r"load_in_4bit\s*=\s*true", question, re.I
+    ):
+        raise UsageError(
+            "contradiction: load_in_8bit=True and load_in_4bit=True cannot both be set; "
+            "say which one the model is loaded with"
+        )
+    facts["precisions"] = tuple(dict.fromkeys(precisions))
+
+    # Batch size.
+    batches = {int(float(_first_group(b).replace(",", ""))) for b in _RE_BATCH.finditer(masked)}
+    batches = {b for b in batches if b > 0}
+    if len(batches) > 1 and "compare" not in lower:
+        raise UsageError(
+            f"contradiction: more than one batch size given ({', '.join(map(str, sorted(batches)))}); "
+            "give one, or ask to compare"
+        )
+    if batches:
+        facts["batch_size"] = min(batches)
+        if max(batches) > 64:
+            out_of_data.append(
+                OutOfData("batch-size", f"batch size {max(batches)}: reference rows stop at 64")
+            )
+
+    # Prompt / generation lengths and context.
+    for m in _RE_IN.finditer(masked):
+        facts.setdefault("prompt_tokens", int(_num(_first_group(m))))
+    for m in _RE_OUT.finditer(masked):
+        facts.setdefault("generation_tokens", int(_num(_first_group(m))))
+    seq = 0
+    for m in list(_RE_CONTEXT.finditer(masked)) + list(_RE_CONTEXT_AFTER.finditer(masked)):
+        value = _num(m.group(1)) * (1000 if m.group(2) else 1)
+        if value == 8 * 1000 and m.group(2):
+            value = 8192
+        seq = max(seq, int(value))
+    total_seq = (facts.get("prompt_tokens") or 0) + (facts.get("generation_tokens") or 0)  # type: ignore[operator]
+    if max(seq, total_seq) > 4096:
+        out_of_data.append(
+            OutOfData(
+                "sequence-length",
+                f"sequence of {max(seq, total_seq):,} tokens: reference rows stop at 4,096",
+            )
+        )
+    if seq and "prompt_tokens" not in facts and seq <= 4096:
+        facts["prompt_tokens"] = seq
+        conversions.append(
+            Conversion(
+                "prompt_tokens",
+                f"{seq}",
+                seq,
+                "context length used as the prompt length",
+                "上下文长度按提示词长度计",
+            )
+        )
+
+    # Observed figures (diagnose).
+    m = _RE_THROUGHPUT.search(masked) or _RE_THROUGHPUT_CN.search(masked)
+    if m:
+        facts["observed_throughput_tok_s"] = _num(m.group(1))
+    energy_span: tuple[int, int] | None = None
+    m = _RE_ENERGY_1K.search(masked)
+    if m:
+        facts["observed_energy_j_per_1k"] = _num(m.group(1))
+        energy_span = m.span()
+    else:
+        m = _RE_ENERGY_TOKEN.search(masked) or _RE_ENERGY_TOKEN_CN.search(masked)
+        if m:
+            milli = m.group(2).lower().startswith("m") or m.group(2) == "毫焦"
+            per_token = _num(m.group(1)) / (1000.0 if milli else 1.0)
+            facts["observed_energy_j_per_1k"] = per_token * 1000.0
+            energy_span = m.span()
+            conversions.append(
+                Conversion(
+                    "observed_energy_j_per_1k",
+                    m.group(0).strip(),
+                    per_token * 1000.0,
+                    "J per token x 1000 = J per 1k tokens",
+                    "每 token 焦耳 x 1000 = 每千 token 焦耳",
+                )
+            )
+    for m in _RE_POWER.finditer(masked):
+        if energy_span and energy_span[0] <= m.start() < energy_span[1]:
+            continue
+        before = masked_lower[max(0, m.start() - 20) : m.start()]
+        if "tdp" in before or "limit" in before:
+            continue
+        facts["observed_power_w"] = _num(m.group(1))
+        break
+
+    # Request volumes.
+    volumes: list[tuple[int, str]] = []
+    for m in list(_RE_REQUESTS.finditer(masked)) + list(_RE_REQUESTS_CN.finditer(masked)):
+        if m.re is _RE_REQUESTS_CN:
+            from ecoguard.advisor.numbers import parse_chinese_number
+
+            count = parse_chinese_number(m.group(1)) or 0.0
+        else:
+            count = _num(m.group(1), m.group(2))
+        if count <= 0:
+            continue
+        before, after = _window(masked, m.start(), m.end(), before=8, after=16)
+        per_day = _has_any(after, _DAY) or _has_any(before, ("每天", "每日", "一天", "daily"))
+        per_hour = _has_any(after, ("hour", "小时")) or "每小时" in before
+        if per_hour:
+            monthly = count * 24 * DAYS_PER_MONTH
+            conversions.append(
+                Conversion(
+                    "requests_per_month",
+                    m.group(0).strip(),
+                    monthly,
+                    f"x 24 h x {DAYS_PER_MONTH} days",
+                    f"x 24 小时 x {DAYS_PER_MONTH} 天",
+                )
+            )
+        elif per_day:
+            monthly = count * DAYS_PER_MONTH
+            conversions.append(
+                Conversion(
+                    "requests_per_month",
+                    m.group(0).strip() + " /day",
+                    monthly,
+                    f"x {DAYS_PER_MONTH} days per month",
+                    f"x 每月 {DAYS_PER_MONTH} 天",
+                )
+            )
+        else:
+            monthly = count
+            if count >= 1000 and format_count(count) != m.group(0).strip():
+                conversions.append(
+                    Conversion(
+                        "requests_per_month",
+                        m.group(0).strip(),
+                        monthly,
+                        "read as requests per month",
+                        "按每月请求数计",
+                    )
+                )
+        volumes.append((round(monthly), m.group(0).strip()))
+    for m in _RE_USERS.finditer(masked):
+        users = _num(m.group(1), m.group(2))
+        if users <= 0:
+            continue
+        monthly = users * REQUESTS_PER_USER * DAYS_PER_MONTH
+        conversions.append(
+            Conversion(
+                "requests_per_month",
+                m.group(0).strip(),
+                monthly,
+                f"{format_count(users)} users/day x {REQUESTS_PER_USER} requests per user x "
+                f"{DAYS_PER_MONTH} days",
+                f"每天 {format_count(users)} 用户 x 每人 {REQUESTS_PER_USER} 次请求 x {DAYS_PER_MONTH} 天",
+            )
+        )
+        volumes.append((round(monthly), m.group(0).strip()))
+    distinct_volumes = {v for v, _ in volumes}
+    if len(distinct_volumes) > 1:
+        raise UsageError(
+            "contradiction: more than one request volume given ("
+            + "; ".join(src for _, src in volumes)
+            + "); give one volume"
+        )
+    if volumes:
+        facts["requests_per_month"] = volumes[0][0]
+
+    for m in _RE_HOURS.finditer(masked):
+        _before, after = _window(masked, m.start(), m.end(), after=14)
+        if (
+            _has_any(
+                after,
+                ("a day", "per day", "/day", "each day", "every day", "daily", "每天", "一天"),
+            )
+            or "每天" in _before
+        ):
+            facts["hours_per_day"] = min(24.0, _num(m.group(1)))
+            break
+    if "24/7" in lower or "全天候" in lower or "24小时不间断" in lower:
+        facts["hours_per_day"] = 24.0
+
+    # Text volumes -> tokens to generate.
+    total_tokens: float | None = None
+    for m in list(_RE_CHARS.finditer(masked)) + list(_RE_CHARS_CN.finditer(masked)):
+        if m.re is _RE_CHARS_CN:
+            from ecoguard.advisor.numbers import parse_chinese_number
+
+            chars = parse_chinese_number(m.group(1)) or 0.0
+        else:
+            chars = _num(m.group(1), m.group(2))
+        if chars <= 0:
+            continue
+        is_en = "char" in m.group(0).lower() and language == "en"
+        per = ENGLISH_CHARS_PER_TOKEN if is_en else CHINESE_CHARS_PER_TOKEN
+        total_tokens = chars / per
+        conversions.append(
+            Conversion(
+                "total_tokens",
+                m.group(0).strip(),
+                total_tokens,
+                f"~{per:g} {'English' if is_en else 'Chinese'} characters per token",
+                f"约 {per:g} 个{'英文' if is_en else '汉'}字符 = 1 token",
+            )
+        )
+        break
+    if total_tokens is None:
+        m = _RE_WORDS.search(masked)
+        if m:
+            words = _num(m.group(1), m.group(2))
+            total_tokens = words / WORDS_PER_TOKEN
+            conversions.append(
+                Conversion(
+                    "total_tokens",
+                    m.group(0).strip(),
+                    total_tokens,
+                    f"~{WORDS_PER_TOKEN} English words per token",
+                    f"约 {WORDS_PER_TOKEN} 个英文单词 = 1 token",
+                )
+            )
+    if total_tokens is None:
+        m = _RE_BYTES.search(masked)
+        if m:
+            unit = m.group(2).lower()
+            size_bytes = _num(m.group(1)) * {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}[unit]
+            _before, after = _window(masked, m.start(), m.end(), after=20)
+            if "vram" not in after and "memory" not in after and "显存" not in after:
+                total_tokens = size_bytes / BYTES_PER_TOKEN
+                conversions.append(
+                    Conversion(
+                        "total_tokens",
+                        m.group(0).strip(),
+                        total_tokens,
+                        f"~{BYTES_PER_TOKEN:g} bytes of text per token",
+                        f"约 {BYTES_PER_TOKEN:g} 字节文本 = 1 token",
+                    )
+                )
+    if total_tokens is None:
+        for m in _RE_TOKENS_VOLUME.finditer(masked):
+            value = _num(m.group(1), m.group(2))
+            if value >= 10_000:
+                total_tokens = value
+                break
+    if total_tokens is not None:
+        facts["total_tokens"] = round(total_tokens)
+
+    # Money: currency, exchange rate, electricity price.
+    currency = "USD"
+    if re.search(r"人民币|\bcny\b|\brmb\b|元|块钱|yuan", lower) or (
+        language == "zh"
+        and ("多少钱" in lower or "花" in lower)
+        and "$" not in lower
+        and "美元" not in lower
+    ):
+        currency = "CNY"
+    m = _RE_RATE.search(masked)
+    if m:
+        facts["cny_per_usd"] = _num(_first_group(m))
+    m = _RE_PRICE_USD.search(masked)
+    if m:
+        value = _num(_first_group(m))
+        if m.group(3) is not None:
+            value /= 100.0
+        facts["price_per_kwh"], facts["price_currency"] = value, "USD"
+    else:
+        m = _RE_PRICE_CNY.search(masked)
+        if m:
+            facts["price_per_kwh"], facts["price_currency"] = _num(_first_group(m)), "CNY"
+
+    # Region.
+    for _s, _e, word in tokens:
+        w = word.lower()
+        if w in _REGIONS:
+            facts["region"] = _REGIONS[w]
+            break
+        for zh, key in _REGIONS.items():
+            if not zh.isascii() and zh in word:
+                facts["region"] = key
+                break
+        if "region" in facts:
+            break
+
+    # Use.
+    if _has_any(
+        lower, ("chatbot", "chat", "assistant", "interactive", "聊天", "对话", "客服", "助手")
+    ):
+        facts["use"] = "chat"
+    elif re.search(r"\bapi\b|endpoint|web service|接口|在线服务", lower):
+        facts["use"] = "api"
+    elif re.search(
+        r"offline|bulk|batch job|batch processing|nightly job|离线|批处理|批量处理|跑批", lower
+    ):
+        facts["use"] = "batch"
+    elif facts.get("total_tokens") is not None:
+        facts["use"] = "batch"
+        notes.append("use: batch (a one-off text volume is processed offline)")
+
+    facts["paths"] = tuple(paths)
+    protocol, reason = _choose_protocol(lower, facts)
+    if protocol != "compare" and len(gpu_list) > 1:
+        raise UsageError(
+            f"the question names more than one GPU ({', '.join(gpu_list)}); ask about one GPU at a "
+            "time, e.g. `ecoguard compare --model MODEL --gpu GPU` for each"
+        )
+    if protocol not in ("compare",) and len(facts["precisions"]) > 1 and protocol == "estimate":  # type: ignore[arg-type]
+        notes.append(f"several precisions named; estimating {facts['precisions'][0]}")  # type: ignore[index]
+
+    return ParsedQuestion(
+        text=question,
+        language=language,
+        protocol=protocol,
+        protocol_reason=reason,
+        model=facts.get("model"),  # type: ignore[arg-type]
+        model_size_b=facts.get("model_size_b"),  # type: ignore[arg-type]
+        gpu=facts.get("gpu"),  # type: ignore[arg-type]
+        gpus=tuple(gpu_list),
+        precision=facts["precisions"][0] if facts["precisions"] else None,  # type: ignore[index]
+        precisions=facts["precisions"],  # type: ignore[arg-type]
+        batch_size=facts.get("batch_size"),  # type: ignore[arg-type]
+        prompt_tokens=facts.get("prompt_tokens"),  # type: ignore[arg-type]
+        generation_tokens=facts.get("generation_tokens"),  # type: ignore[arg-type]
+        use=facts.get("use"),  # type: ignore[arg-type]
+        requests_per_month=facts.get("requests_per_month"),  # type: ignore[arg-type]
+        total_tokens=facts.get("total_tokens"),  # type: ignore[arg-type]
+        hours_per_day=facts.get("hours_per_day"),  # type: ignore[arg-type]
+        region=facts.get("region"),  # type: ignore[arg-type]
+        currency=currency,
+        cny_per_usd=facts.get("cny_per_usd"),  # type: ignore[arg-type]
+        price_per_kwh=facts.get("price_per_kwh"),  # type: ignore[arg-type]
+        price_currency=facts.get("price_currency"),  # type: ignore[arg-type]
+        int8_threshold=facts.get("int8_threshold"),  # type: ignore[arg-type]
+        double_quant=facts.get("double_quant"),  # type: ignore[arg-type]
+        compiled=facts.get("compiled"),  # type: ignore[arg-type]
+        observed_throughput_tok_s=facts.get("observed_throughput_tok_s"),  # type: ignore[arg-type]
+        observed_power_w=facts.get("observed_power_w"),  # type: ignore[arg-type]
+        observed_energy_j_per_1k=facts.get("observed_energy_j_per_1k"),  # type: ignore[arg-type]
+        paths=tuple(paths),
+        conversions=tuple(conversions),
+        out_of_data=tuple(out_of_data),
+        notes=tuple(notes),
+    )

@@ -1,0 +1,672 @@
+"""Rendering an advisor answer: Markdown (default), plain text, or JSON.
+
+Every answer opens with the mood tag and the EcoLobster's line (dropped with ``plain``), shows
+the question as understood (conversions and defaults), the protocol's tables and an ASCII bar
+chart, dollars per month and savings, a real-world equivalent, and ends with a citation built
+from the reference rows actually used. Output is deterministic for a given answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ecoguard.advisor.advise import Answer
+from ecoguard.advisor.protocols import cite
+from ecoguard.advisor.voice import colorize, lobster_line, mood_tag
+from ecoguard.findings import Mood
+
+BAR_WIDTH = 30
+ATTRIBUTION = "Hongping Zhang, EcoCompute (2026), Zenodo 10.5281/zenodo.19647290, CC BY 4.0"
+
+_LABELS = {
+    "en": {
+        "understood": "Understood as",
+        "conversions": "Conversions",
+        "defaults": "Defaults used",
+        "protocol": "protocol",
+        "recommendation": "Recommendation",
+        "current": "current",
+        "optimized": "optimized",
+        "saving": "Saving",
+        "per_month": "per month",
+        "equivalent": "That is about",
+        "findings": "Traps found",
+        "fix": "fix",
+        "honesty": "Published vs measured",
+        "published": "published",
+        "measured": "measured",
+        "out_of_data": "Outside the reference data",
+        "protocol_steps": "Measure it yourself",
+        "data": "Data",
+        "rows": "reference rows",
+        "no_rows": "no reference row backs a figure here",
+        "sources": "sources",
+        "notes": "Notes",
+        "confidence": "confidence",
+        "observed": "observed",
+        "expected": "expected",
+        "no_trap": "No known trap matches this configuration.",
+        "not_available": "no data",
+    },
+    "zh": {
+        "understood": "理解为",
+        "conversions": "换算",
+        "defaults": "使用的默认值",
+        "protocol": "协议",
+        "recommendation": "建议",
+        "current": "当前",
+        "optimized": "优化后",
+        "saving": "节省",
+        "per_month": "每月",
+        "equivalent": "大约相当于",
+        "findings": "发现的陷阱",
+        "fix": "修复",
+        "honesty": "公开数据与实测对比",
+        "published": "公开值",
+        "measured": "实测",
+        "out_of_data": "超出参考数据范围",
+        "protocol_steps": "自己测一测",
+        "data": "数据",
+        "rows": "条参考数据",
+        "no_rows": "此处没有参考数据支撑的数字",
+        "sources": "来源",
+        "notes": "备注",
+        "confidence": "置信度",
+        "observed": "你的数据",
+        "expected": "参考值",
+        "no_trap": "没有匹配的已知陷阱。",
+        "not_available": "无数据",
+    },
+}
+
+_MEASUREMENT_STEPS = {
+    "en": [
+        "Fix the serving setup you will run in production (GPU power limit, driver, CUDA, torch, transformers, quantization library versions) and write it down.",
+        "Warm up with 3 runs, then time 10 runs with a fixed prompt length and max_new_tokens; keep the GPU otherwise idle.",
+        "Read the NVML energy counter (or power at >= 10 Hz) around each run; report J per 1k generated tokens, tok/s and average W; measure idle power separately and do not subtract it silently.",
+        "Run an FP16 baseline in the same session so the delta is like-for-like.",
+        "`ecoguard bench` runs this protocol on your machine; its rows are stored with tier `local` and the advisor uses them from then on.",
+    ],
+    "zh": [
+        "固定生产环境的配置（GPU 功耗上限、驱动、CUDA、torch、transformers、量化库版本）并记录下来。",
+        "先预热 3 次，再用固定的输入长度和 max_new_tokens 计时 10 次；期间 GPU 不跑别的任务。",
+        "在每次运行前后读取 NVML 能耗计数器（或 >= 10 Hz 采样功率）；报告每千个生成 token 的焦耳数、tok/s 和平均功率；空闲功耗单独测量，不要悄悄扣除。",
+        "在同一次会话中跑一个 FP16 基线，保证对比公平。",
+        "`ecoguard bench` 会在你的机器上执行这套流程；结果以 `local` 等级保存，之后顾问会直接使用。",
+    ],
+}
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        if digits == 0:
+            return f"{value:,.0f}"
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _money(usd: float | None, cny: float | None = None, currency: str = "USD") -> str:
+    if currency == "CNY" and cny is not None:
+        text = f"¥{cny:,.2f}"
+        return text + (f" (${usd:,.2f})" if usd is not None else "")
+    return "-" if usd is None else f"${usd:,.2f}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> list[str]:
+    if markdown:
+        out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        return out
+    widths = [
+        max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(h)
+        for i, h in enumerate(headers)
+    ]
+    out = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths, strict=False))]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
+    return out
+
+
+def bar_chart(items: Sequence[tuple[str, float | None, str]], *, unit: str) -> list[str]:
+    """``label |#######      | value unit (tier)``; bars scaled to the largest value."""
+    known = [v for _, v, _ in items if v is not None and v > 0]
+    if not known:
+        return []
+    top = max(known)
+    width = max(len(label) for label, _, _ in items)
+    lines = []
+    for label, value, tier in items:
+        if value is None:
+            lines.append(f"{label.ljust(width)} |{' ' * BAR_WIDTH}| -")
+            continue
+        filled = max(1, round(BAR_WIDTH * value / top)) if value > 0 else 0
+        lines.append(
+            f"{label.ljust(width)} |{'#' * filled}{' ' * (BAR_WIDTH - filled)}| {value:,.0f} {unit} ({tier})"
+        )
+    return lines
+
+
+def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool = False) -> str:
+    """The answer as Markdown (``md``), plain text (``text``) or JSON (``json``)."""
+    if fmt == "json":
+        return json.dumps(
+            answer.to_dict(), ensure_ascii=False, indent=2, sort_keys=False, default=str
+        )
+    markdown = fmt == "md"
+    lang = answer.language
+    L = _LABELS.get(lang, _LABELS["en"])
+    result = answer.result
+    out: list[str] = []
+    tag = mood_tag(result.mood)
+    head = tag if plain else f"{tag} {lobster_line(result.mood, lang)}"
+    out.append(colorize(head, result.mood, color))
+    out.append("")
+    out.extend(_understood(answer, L, markdown))
+    body = {
+        "compare": _compare,
+        "optimize": _optimize,
+        "estimate": _estimate,
+        "diagnose": _diagnose,
+        "audit": _audit,
+    }[result.protocol]
+    if result.out_of_data:
+        out.extend(_out_of_data(answer, L, lang, markdown))
+    else:
+        out.extend(body(answer, L, markdown))
+        out.extend(_findings(answer, L, markdown))
+    if result.equivalents:
+        out.append(f"{L['equivalent']}: " + "; ".join(result.equivalents) + ".")
+        out.append("")
+    out.extend(_honesty(answer, L))
+    notes = list(result.notes)
+    if notes:
+        out.append(f"{L['notes']}:")
+        out.extend(f"- {n}" for n in notes)
+        out.append("")
+    out.append(_citation(answer, L))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _h(text: str, markdown: bool) -> str:
+    return f"### {text}" if markdown else f"{text}:"
+
+
+def _understood(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    out: list[str] = []
+    dep = answer.result.deployment
+    parts = [f"{L['protocol']}: {answer.result.protocol}"]
+    if dep is not None:
+        if dep.model.id:
+            parts.append(
+                f"model: {dep.model.id} ({_fmt(dep.model.params_b, 2).rstrip('0').rstrip('.')}B)"
+            )
+        if dep.gpu.name:
+            parts.append(f"GPU: {dep.gpu.name}")
+        if dep.precision:
+            parts.append(f"precision: {dep.precision}")
+        if dep.batch_size:
+            parts.append(f"batch size: {dep.batch_size}")
+        if dep.prompt_tokens is not None and dep.generation_tokens is not None:
+            parts.append(f"{dep.prompt_tokens} in / {dep.generation_tokens} out")
+        if dep.use:
+            parts.append(f"use: {dep.use}")
+    if answer.settings_used.get("region"):
+        parts.append(f"region: {answer.settings_used['region']}")
+    out.append(f"{L['understood']}: " + ", ".join(parts) + ".")
+    conversions: list[str] = []
+    if answer.parsed is not None:
+        lang = answer.language
+        for c in answer.parsed.conversions:
+            rule = c.rule_zh if lang == "zh" else c.rule_en
+            if c.field == "gpu":
+                conversions.append(rule)
+            else:
+                conversions.append(
+                    f"{c.source} -> {c.value:,.0f} {c.field.replace('_', ' ')} ({rule})"
+                )
+    for c in answer.extra_conversions:
+        conversions.append(f"{c['source']} -> {c['value']:,} {c['field']} ({c['rule']})")
+    if conversions:
+        out.append(f"{L['conversions']}:")
+        out.extend(f"- {c}" for c in conversions)
+    if answer.defaults:
+        out.append(f"{L['defaults']}:")
+        for d in answer.defaults:
+            how = d.how_zh if answer.language == "zh" else d.how_en
+            out.append(f"- {d.field} = {d.value} ({how})")
+    out.append("")
+    return out
+
+
+def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    result = answer.result
+    if result.extra.get("scope") == "models":
+        return _compare_models(answer, L, markdown)
+    out = [
+        _h(
+            "J per 1k tokens by precision" if answer.language == "en" else "各精度每千 token 能耗",
+            markdown,
+        )
+    ]
+    rows = []
+    for r in result.rows:
+        rows.append(
+            [
+                r["precision"],
+                _fmt(r["throughput_tok_s"], 1),
+                _fmt(r["energy_per_1k_tokens_j"]),
+                ("-" if r["delta_vs_fp16_pct"] is None else f"{r['delta_vs_fp16_pct']:+.1f}%"),
+                _fmt(r["tokens_per_j"], 3),
+                _fmt(r["vram_gb"], 1),
+                _fmt(r["latency_s"], 1),
+                _fmt(r["power_w"]),
+                _money(r.get("cost_usd_per_month")),
+                _fmt(r["rank"]),
+                r["tier"],
+            ]
+        )
+    out += _table(
+        [
+            "precision",
+            "tok/s",
+            "J/1k tok",
+            "vs FP16",
+            "tok/J",
+            "VRAM GB",
+            "latency s",
+            "W",
+            "$/month",
+            "rank",
+            "tier",
+        ],
+        rows,
+        markdown,
+    )
+    out.append("")
+    chart = bar_chart(
+        [(r["precision"], r["energy_per_1k_tokens_j"], r["tier"]) for r in result.rows], unit="J/1k"
+    )
+    if chart:
+        out += ["```", *chart, "```"] if markdown else chart
+        out.append("")
+    if result.recommendation:
+        rec = result.recommendation
+        delta = rec.get("delta_vs_fp16_pct")
+        out.append(
+            f"{L['recommendation']}: {rec['precision']} "
+            f"({_fmt(rec['energy_per_1k_tokens_j'])} J/1k tok"
+            + (f", {delta:+.1f}% vs FP16" if delta is not None else "")
+            + f", {rec['tier']})."
+        )
+        out.append("")
+    return out
+
+
+def _compare_models(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    result = answer.result
+    out = [
+        _h(
+            "Measured on " + str(result.extra.get("gpu"))
+            if answer.language == "en"
+            else f"{result.extra.get('gpu')} 上的实测",
+            markdown,
+        )
+    ]
+    rows = [
+        [
+            str(r["model"]),
+            r["precision"],
+            _fmt(r["energy_per_1k_tokens_j"]),
+            _fmt(r["fp16_energy_per_1k_tokens_j"]),
+            "-" if r["delta_vs_fp16_pct"] is None else f"{r['delta_vs_fp16_pct']:+.1f}%",
+            _fmt(r["throughput_tok_s"], 1),
+            _fmt(r["power_w"]),
+            r["tier"],
+        ]
+        for r in result.rows
+    ]
+    out += _table(
+        ["model", "precision", "J/1k tok", "FP16 J/1k", "vs FP16", "tok/s", "W", "tier"],
+        rows,
+        markdown,
+    )
+    out.append("")
+    chart = bar_chart(
+        [
+            (f"{r['model']} {r['precision']}", r["energy_per_1k_tokens_j"], r["tier"])
+            for r in result.rows
+        ],
+        unit="J/1k",
+    )
+    if chart:
+        out += ["```", *chart, "```"] if markdown else chart
+        out.append("")
+    rec = result.recommendation
+    if rec:
+        verdicts = {
+            "en": {
+                "stay-fp16": "Stay on FP16: {p} cost more energy on every model measured ({lo:+.0f}% to {hi:+.0f}%).",
+                "use": "{p} saved energy on every model measured ({lo:+.0f}% to {hi:+.0f}%).",
+                "depends-on-size": "It depends on model size: {p} ranged from {lo:+.0f}% to {hi:+.0f}% vs FP16.",
+            },
+            "zh": {
+                "stay-fp16": "继续用 FP16：在所有实测模型上 {p} 都更耗电（{lo:+.0f}% 到 {hi:+.0f}%）。",
+                "use": "{p} 在所有实测模型上都更省电（{lo:+.0f}% 到 {hi:+.0f}%）。",
+                "depends-on-size": "取决于模型大小：{p} 相对 FP16 从 {lo:+.0f}% 到 {hi:+.0f}% 不等。",
+            },
+        }[answer.language if answer.language in ("en", "zh") else "en"]
+        if rec.get("delta_min_pct") is not None:
+            out.append(
+                f"{L['recommendation']}: "
+                + verdicts[rec["verdict"]].format(
+                    p=", ".join(rec["precisions"]), lo=rec["delta_min_pct"], hi=rec["delta_max_pct"]
+                )
+            )
+            out.append("")
+    return out
+
+
+def _optimize(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    result = answer.result
+    rec = result.recommendation
+    out: list[str] = []
+    if rec is None:
+        return out
+    out.append(
+        f"**{L['recommendation']}: {rec['precision']}, batch size {rec['batch_size']}**"
+        if markdown
+        else f"{L['recommendation']}: {rec['precision']}, batch size {rec['batch_size']}"
+    )
+    for reason in rec.get("reasons", []):
+        out.append(f"- {reason}")
+    out.append("")
+    rows = [
+        [
+            _fmt(r["rank"]),
+            r["precision"],
+            str(r["batch_size"]),
+            _fmt(r["energy_per_1k_tokens_j"]),
+            _fmt(r["throughput_tok_s"], 1),
+            _fmt(r["vram_gb"], 1),
+            _money(r.get("cost_usd_per_month")),
+            r["tier"],
+        ]
+        for r in result.rows[:8]
+    ]
+    out += _table(
+        ["rank", "precision", "BS", "J/1k tok", "tok/s", "VRAM GB", "$/month", "tier"],
+        rows,
+        markdown,
+    )
+    out.append("")
+    chart = bar_chart(
+        [
+            (f"{r['precision']} BS{r['batch_size']}", r["energy_per_1k_tokens_j"], r["tier"])
+            for r in result.rows[:8]
+        ],
+        unit="J/1k",
+    )
+    if chart:
+        out += ["```", *chart, "```"] if markdown else chart
+        out.append("")
+    rejected = result.extra.get("rejected") or []
+    if rejected:
+        names = sorted({f"{r['precision']} ({', '.join(r['rejected_by'])})" for r in rejected})
+        out.append(("Ruled out: " if answer.language == "en" else "已排除：") + "; ".join(names))
+        out.append("")
+    out += _side_by_side(answer, L, markdown)
+    return out
+
+
+def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    result = answer.result
+    cur, opt = result.current or {}, result.optimized or {}
+    if not cur and not opt:
+        return []
+    money = result.money or {}
+    mc, mo = money.get("current") or {}, money.get("optimized") or {}
+    cur_m, opt_m = cur.get("monthly") or {}, opt.get("monthly") or {}
+    currency = mc.get("currency", "USD")
+    rows = [
+        [
+            "J/1k tok",
+            _fmt(cur.get("energy_per_1k_tokens_j")),
+            _fmt(opt.get("energy_per_1k_tokens_j")),
+        ],
+        ["J/request", _fmt(cur.get("energy_per_request_j")), _fmt(opt.get("energy_per_request_j"))],
+        ["tok/s", _fmt(cur.get("throughput_tok_s"), 1), _fmt(opt.get("throughput_tok_s"), 1)],
+        ["W", _fmt(cur.get("power_w")), _fmt(opt.get("power_w"))],
+        ["VRAM GB", _fmt(cur.get("vram_gb"), 1), _fmt(opt.get("vram_gb"), 1)],
+        ["requests/month", _fmt(cur_m.get("requests")), _fmt(opt_m.get("requests"))],
+        ["kWh/month", _fmt(cur_m.get("energy_kwh"), 2), _fmt(opt_m.get("energy_kwh"), 2)],
+        [
+            "cost/month",
+            _money(mc.get("cost_usd", cur_m.get("cost_usd")), mc.get("cost_cny"), currency),
+            _money(mo.get("cost_usd", opt_m.get("cost_usd")), mo.get("cost_cny"), currency)
+            if opt
+            else "-",
+        ],
+        ["kg CO2/month", _fmt(cur_m.get("co2_kg"), 2), _fmt(opt_m.get("co2_kg"), 2)],
+        ["tier", str(cur.get("tier", "none")), str(opt.get("tier", "none")) if opt else "-"],
+    ]
+    dep = result.deployment
+    rec = result.recommendation or {}
+    cur_label = f"{L['current']} ({dep.precision}, BS {dep.batch_size})" if dep else L["current"]
+    opt_label = (
+        f"{L['optimized']} ({rec.get('precision')}, BS {rec.get('batch_size')})"
+        if rec
+        else L["optimized"]
+    )
+    out = _table(["", cur_label, opt_label], rows, markdown)
+    out.append("")
+    saving_usd = money.get("saving_usd")
+    if saving_usd is None and rec.get("saving_usd_per_month") is not None:
+        saving_usd = rec["saving_usd_per_month"]
+    if saving_usd is not None:
+        pct = rec.get("saving_pct")
+        cny = money.get("saving_cny")
+        amount = (
+            f"¥{cny:,.2f} (${saving_usd:,.2f})"
+            if currency == "CNY" and cny is not None
+            else f"${saving_usd:,.2f}"
+        )
+        if pct is not None and abs(pct) < 0.05:
+            out.append(
+                "Already the greenest option the data supports."
+                if answer.language == "en"
+                else "已经是数据支持的最省电配置。"
+            )
+        else:
+            less = (
+                (
+                    f" ({pct:.1f}% less energy)"
+                    if answer.language == "en"
+                    else f"（能耗降低 {pct:.1f}%）"
+                )
+                if pct is not None
+                else ""
+            )
+            out.append(f"{L['saving']}: {amount} {L['per_month']}{less}.")
+        out.append("")
+    return out
+
+
+def _estimate(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    result = answer.result
+    out = [_h("Estimate" if answer.language == "en" else "估算", markdown)]
+    if (result.current or {}).get("tier", "none") == "none":
+        out.append(L["not_available"] + ": " + str((result.current or {}).get("method") or ""))
+        out.append("")
+        return out
+    method = (result.current or {}).get("method")
+    if method:
+        out.append(("Method: " if answer.language == "en" else "方法：") + str(method))
+        out.append("")
+    out += _side_by_side(answer, L, markdown)
+    return out
+
+
+def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    result = answer.result
+    out: list[str] = []
+    if result.rows:
+        rows = [
+            [
+                r["metric"],
+                _fmt(r["observed"], 1),
+                _fmt(r["expected"], 1),
+                "-" if r["gap_pct"] is None else f"{r['gap_pct']:+.1f}%",
+                r["tier"],
+            ]
+            for r in result.rows
+        ]
+        out += _table(["metric", L["observed"], L["expected"], "gap", "tier"], rows, markdown)
+        out.append("")
+    rec = result.recommendation or {}
+    if rec.get("rule"):
+        out.append(f"{L['confidence']}: {result.extra.get('confidence')} ({rec['rule']})")
+        out.append("")
+    elif result.mood != Mood.GRAY:
+        out.append(L["no_trap"])
+        out.append("")
+    for item in result.extra.get("explained", []):
+        if item.get("why"):
+            out.append(f"{item['rule']}: {item['why']}")
+        ev = sorted(
+            (e for e in item.get("evidence") or [] if isinstance(e, dict)),
+            key=lambda e: e.get("precision") == "fp16",
+        )
+        ev_rows = []
+        for e in ev[:8]:
+            if isinstance(e, dict):
+                ev_rows.append(
+                    [
+                        str(e.get("id", "-")),
+                        str(e.get("precision", "-")),
+                        _fmt(e.get("energy_j_per_1k") or e.get("energy_per_1k_tokens_j")),
+                        "-"
+                        if e.get("delta_vs_fp16_pct") is None
+                        else f"{e['delta_vs_fp16_pct']:+.1f}%",
+                        str(e.get("tier", "-")),
+                    ]
+                )
+        if ev_rows:
+            out += _table(["row", "precision", "J/1k tok", "vs FP16", "tier"], ev_rows, markdown)
+        out.append("")
+    out += _crossovers(answer, markdown)
+    return out
+
+
+def _crossovers(answer: Answer, markdown: bool) -> list[str]:
+    items = answer.result.extra.get("crossovers") or []
+    if not items:
+        return []
+    title = (
+        "Crossover size (quantization saves energy above it)"
+        if answer.language == "en"
+        else "交叉点（模型大于它时量化才省电）"
+    )
+    rows = [
+        [
+            c["architecture"],
+            c["precision"],
+            _fmt(c["fitted_b"], 2) + "B" if c["fitted_b"] else "-",
+            c["fitted_tier"],
+            _fmt(c["reported_b"], 1) + "B" if c["reported_b"] else "-",
+            c["reported_tier"],
+        ]
+        for c in items
+    ]
+    return [
+        _h(title, markdown),
+        *_table(
+            ["architecture", "precision", "fitted", "tier", "published", "tier"], rows, markdown
+        ),
+        "",
+    ]
+
+
+def _audit(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    paths = answer.result.extra.get("paths") or []
+    return [("Files: " if answer.language == "en" else "文件：") + ", ".join(paths), ""]
+
+
+def _findings(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    findings = answer.result.findings
+    if not findings:
+        return []
+    out = [f"{L['findings']}:"]
+    for f in findings:
+        impact = ""
+        if f.impact is not None and f.impact.extra_energy_pct is not None:
+            impact = f" (+{f.impact.extra_energy_pct:.0f}% energy, {f.impact.tier})"
+            if f.impact.extra_usd_per_month is not None:
+                impact = (
+                    f" (+{f.impact.extra_energy_pct:.0f}% energy, ${f.impact.extra_usd_per_month:,.2f}/month, "
+                    f"{f.impact.tier})"
+                )
+        out.append(f"- {mood_tag(f.mood)} {f.rule}: {f.message}{impact}")
+        fix = f"`{f.fix}`" if markdown else f.fix
+        out.append(f"  {L['fix']}: {f.fix_summary or ''} {fix}".rstrip())
+    out.append("")
+    return out
+
+
+def _honesty(answer: Answer, L: dict[str, str]) -> list[str]:
+    if not answer.honesty:
+        return []
+    out = [f"{L['honesty']}:"]
+    for note in answer.honesty:
+        measured, published = note["measured"], note["published"]
+        m = (
+            f"{measured[0]:+.1f}% .. {measured[1]:+.1f}%"
+            if isinstance(measured, list)
+            else f"{measured:g}"
+        )
+        p = (
+            f"{published[0]:+.1f}% .. {published[1]:+.1f}%"
+            if isinstance(published, list)
+            else (f"{published:g}" if isinstance(published, (int, float)) else str(published))
+        )
+        unit = note.get("unit", "")
+        out.append(
+            f"- {note['topic']} ({unit}): {L['measured']} {m} [{note['measured_tier']}]; "
+            f"{L['published']} {p} [{note['published_tier']}]"
+        )
+    out.append("")
+    return out
+
+
+def _out_of_data(answer: Answer, L: dict[str, str], lang: str, markdown: bool) -> list[str]:
+    out = [f"{L['out_of_data']}:"]
+    out.extend(f"- {o['detail']}" for o in answer.result.out_of_data)
+    out.append("")
+    out.append(_h(L["protocol_steps"], markdown))
+    steps = _MEASUREMENT_STEPS.get(lang, _MEASUREMENT_STEPS["en"])
+    out.extend(f"{i}. {s}" for i, s in enumerate(steps, start=1))
+    out.append("")
+    return out
+
+
+def _citation(answer: Answer, L: dict[str, str]) -> str:
+    result = answer.result
+    extra_sources: list[str] = []
+    for note in answer.honesty:
+        extra_sources.extend(note.get("sources") or [])
+    sources, tiers = cite(result.evidence, list(result.sources) + extra_sources)
+    count = sum(tiers.values())
+    if count:
+        tier_text = ", ".join(
+            f"{n} {t}" for t, n in sorted(tiers.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        used = f"{count} {L['rows']} ({tier_text})"
+    else:
+        used = L["no_rows"]
+    src = f"; {L['sources']}: " + ", ".join(sources) if sources else ""
+    return f"{L['data']}: {used}{src}. {ATTRIBUTION}."

@@ -1,0 +1,152 @@
+"""Rendering (golden files), the CLI (exit codes, --json, --plain, NO_COLOR) and start-up cost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ecoguard.advisor.advise import advise
+from ecoguard.advisor.render import bar_chart, render
+from ecoguard.cli import main
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = {
+    "compare_qwen25_7b_5090.md": ("Compare all precisions for Qwen2.5-7B on a 5090", "md", False),
+    "estimate_yi6b_zh.txt": ("我想用 Yi-6B 跑 100 万字, 要花多少钱?", "text", False),
+    "diagnose_int8_a800_plain.md": (
+        "Mistral-7B on A800 with load_in_8bit=True, I only get 10 tok/s",
+        "md",
+        True,
+    ),
+    "amd_gray.md": ("Qwen2-1.5B on an AMD MI300X, cost?", "md", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name):
+    question, fmt, plain = CASES[name]
+    text = render(advise(question), fmt=fmt, plain=plain, color=False)
+    path = GOLDEN / name
+    # Regenerate on purpose with ADVISOR_UPDATE_GOLDEN=1 (conftest clears ECOGUARD_* variables).
+    if os.environ.get("ADVISOR_UPDATE_GOLDEN") == "1":
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"missing golden file {path}; run with ADVISOR_UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8")
+
+
+def test_every_answer_opens_with_mood_and_ends_with_citation():
+    for question in (
+        "Compare all precisions for Qwen2.5-7B on a 5090",
+        "我想用 Yi-6B 跑 100 万字, 要花多少钱?",
+    ):
+        text = render(advise(question))
+        assert text.startswith("[")
+        last = text.strip().splitlines()[-1]
+        assert "Hongping Zhang, EcoCompute (2026)" in last and "CC BY 4.0" in last
+        assert "reference rows" in last or "条参考数据" in last
+
+
+def test_bar_chart_scales_to_largest():
+    lines = bar_chart(
+        [("a", 100.0, "measured"), ("b", 50.0, "derived"), ("c", None, "none")], unit="J"
+    )
+    assert lines[0].count("#") == 30 and lines[1].count("#") == 15 and lines[2].endswith("-")
+
+
+def test_cli_json(capsys):
+    assert main(["advise", "Compare all precisions for Qwen2.5-7B on a 5090", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["protocol"] == "compare" and data["parsed"]["model"] == "Qwen2.5-7B"
+    assert all("tier" in row for row in data["rows"])
+
+
+def test_cli_plain_drops_persona(capsys):
+    assert main(["advise", "Compare all precisions for Qwen2.5-7B on a 5090", "--plain"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "[GREEN]" or "EcoLobster" not in first
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["advise", ""],
+        ["advise", "x" * 10_241],
+        ["advise", "hello"],
+        ["advise", "cost of Qwen2-7B on an RTX 9999"],
+        ["optimize", "--model", "Qwen2-7B", "--gpu", "voodoo5"],
+        ["compare", "--model", "Qwen2-7B", "--gpu", "a800", "--precision", "int3"],
+        ["diagnose", "--model", "no-size-model", "--gpu", "a800"],
+    ],
+)
+def test_cli_bad_input_exits_2(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ecoguard: error:") and "Traceback" not in err
+
+
+def test_cli_commands(capsys):
+    assert (
+        main(["optimize", "--model", "Qwen2.5-3B", "--gpu", "5090", "--use", "api", "--json"]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["recommendation"]["batch_size"] in (1, 4, 8, 16)
+    assert main(["compare", "--model", "Mistral-7B", "--gpu", "a800", "--format", "text"]) == 0
+    assert "int8_pure" in capsys.readouterr().out
+    assert (
+        main(["diagnose", "--model", "Mistral-7B", "--gpu", "a800", "--throughput", "10", "--json"])
+        == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["deployment"]["precision"] == "int8_mixed"
+
+
+def test_no_color_when_not_a_tty_or_no_color(monkeypatch):
+    from ecoguard.advisor.voice import use_color
+
+    class Tty:
+        def isatty(self):
+            return True
+
+    assert use_color(Tty(), environ={}) is True
+    assert use_color(Tty(), environ={"NO_COLOR": "1"}) is False
+    assert use_color(Tty(), environ={"NO_COLOR": ""}) is True  # empty NO_COLOR does not count
+
+    class Pipe:
+        def isatty(self):
+            return False
+
+    assert use_color(Pipe(), environ={}) is False
+
+
+def test_no_torch_on_the_advise_path():
+    code = (
+        "import sys; from ecoguard.cli import main; import io, contextlib\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['advise', 'Compare all precisions for Qwen2.5-7B on a 5090'])\n"
+        "bad = [m for m in ('torch', 'transformers', 'pynvml', 'prometheus_client') if m in sys.modules]\n"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_subprocess_wall_time_well_under_a_second():
+    exe = Path(sys.executable).with_name("ecoguard")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ecoguard"]
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [*cmd, "advise", "What is the greenest config for Qwen2.5-3B on an RTX 5090?"],
+            capture_output=True,
+            text=True,
+        )
+        best = min(best, time.perf_counter() - start)
+        assert proc.returncode == 0, proc.stderr
+    assert best < 1.0
