@@ -17,19 +17,26 @@ from collections.abc import Sequence
 
 from ecoguard.errors import UsageError
 
-# Modules that contribute subcommands, in help order. Each defines register(subparsers); a
-# command's parser calls set_defaults(func=handler) with handler(args) -> int.
-COMMAND_MODULES: tuple[str, ...] = (
-    "ecoguard.advisor.cli",  # advise, optimize, compare, diagnose
-    "ecoguard.knowledge.cli",  # estimate, data
-    "ecoguard.audit.cli",  # audit
-    "ecoguard.export.cli",  # report
-    "ecoguard.export.exporter_cli",  # exporter
-    "ecoguard.guard.cli",  # doctor
-    "ecoguard.demo",  # demo
-    "ecoguard.bench.cli",  # bench
-    "ecoguard.mcp_server",  # mcp
-)
+# Which module registers each command. Only the module of the command being run is imported,
+# so `ecoguard advise` never pays for the audit's or the exporter's imports; `--help` imports all.
+# Each module defines register(subparsers); a command's parser calls set_defaults(func=handler)
+# with handler(args) -> int.
+COMMANDS: dict[str, str] = {
+    "advise": "ecoguard.advisor.cli",
+    "optimize": "ecoguard.advisor.cli",
+    "compare": "ecoguard.advisor.cli",
+    "diagnose": "ecoguard.advisor.cli",
+    "estimate": "ecoguard.knowledge.cli",
+    "data": "ecoguard.knowledge.cli",
+    "audit": "ecoguard.audit.cli",
+    "report": "ecoguard.export.cli",
+    "exporter": "ecoguard.export.exporter_cli",
+    "doctor": "ecoguard.guard.cli",
+    "demo": "ecoguard.demo",
+    "bench": "ecoguard.bench.cli",
+    "mcp": "ecoguard.mcp_server",
+}
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,7 +46,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command, or with only ``command``'s module when one is named."""
     from ecoguard import __version__
 
     parser = _Parser(
@@ -48,11 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ecoguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module_name in COMMAND_MODULES:
+    modules = (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
+    for module_name in modules:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            # A part not built yet (or an optional extra missing) removes only its commands.
+            # An optional part whose extra is missing removes only its own commands.
             if exc.name is not None and module_name.startswith(exc.name):
                 continue
             raise
@@ -63,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()
+        command = next((a for a in args_list if not a.startswith("-")), None)
+        parser = build_parser(command)
         args = parser.parse_args(args_list)
         func = getattr(args, "func", None)
         if func is None:
