@@ -8,6 +8,7 @@ attributes and stops only the meter and server it started itself.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -74,6 +75,19 @@ def _start_metrics(settings: Settings, meter: Any) -> None:
         record_fault("guard.start_metrics", exc)
 
 
+def _enable_worker_export() -> None:
+    """In a multi-worker server (PROMETHEUS_MULTIPROC_DIR set) each worker writes its counters
+    for the sidecar `ecoguard exporter` to merge; GPU device metrics come from the sidecar only."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    try:
+        from ecoguard.export.prometheus import enable_worker_export
+
+        enable_worker_export()
+    except Exception as exc:
+        record_fault("guard.worker_export", exc)
+
+
 def install(
     *,
     mode: str | None = None,
@@ -126,6 +140,7 @@ def install(
         patches.apply_patches()
         meter = _start_meter(settings) if settings.measure else None
         _start_metrics(settings, meter)
+        _enable_worker_export()
     return settings
 
 

@@ -2,9 +2,10 @@
 
 Patches are applied from wrapt post-import hooks on the *defining* submodules, so importing
 ecoguard first and transformers later works, and so does the reverse (a hook registered for a
-module that is already imported fires at once). Hooks cannot be unregistered, so each carries the
-generation number of the install that registered it and does nothing once a later install or
-uninstall has moved the counter on; a hook never raises into the user's import.
+module that is already imported fires at once). Hooks cannot be unregistered, so they are
+registered once per process and act only while the guard is wanted; a later install on an
+already imported module patches it directly. A hook never raises into the user's import, and
+1000 install/uninstall cycles leave the same two hooks behind, not 2000.
 
 The exact original attribute (``vars(owner)[name]``: for ``from_pretrained`` the raw
 ``classmethod`` object) is kept and put back on uninstall, so after ``uninstall()``
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,8 +57,8 @@ class Applied:
 
 
 _lock = threading.RLock()
-_generation = 0
 _wanted = False
+_hooks_registered = False
 _applied: dict[Patch, Applied] = {}
 
 
@@ -76,11 +78,11 @@ def _apply(patch: Patch, module: ModuleType) -> None:
     _applied[patch] = Applied(owner=owner, original=original, wrapper=wrapper)
 
 
-def _on_import(patch: Patch, generation: int, module: ModuleType) -> None:
-    """Post-import hook: apply ``patch`` if the install that registered it is still current."""
+def _on_import(patch: Patch, module: ModuleType) -> None:
+    """Post-import hook (and direct call on re-install): apply ``patch`` while the guard is on."""
     try:
         with _lock:
-            if generation != _generation or not _wanted:
+            if not _wanted:
                 return
             _apply(patch, module)
     except Exception as exc:  # never break the user's import
@@ -89,25 +91,24 @@ def _on_import(patch: Patch, generation: int, module: ModuleType) -> None:
 
 def apply_patches() -> None:
     """Patch now where the modules are imported, and on import where they are not. Idempotent."""
-    global _generation, _wanted
+    global _wanted, _hooks_registered
     with _lock:
-        _generation += 1
         _wanted = True
-        generation = _generation
+        first_install = not _hooks_registered
+        _hooks_registered = True
     for patch in PATCHES:
-        if patch in _applied:
-            continue
-        wrapt.register_post_import_hook(
-            functools.partial(_on_import, patch, generation), patch.module
-        )
+        if first_install:
+            # Fires at once if the module is already imported, else when it is.
+            wrapt.register_post_import_hook(functools.partial(_on_import, patch), patch.module)
+        elif (module := sys.modules.get(patch.module)) is not None:
+            _on_import(patch, module)
 
 
 def remove_patches() -> None:
     """Put back the exact original attributes. If something else has wrapped on top of ours,
     its wrapper stays (removing it would break that library) and ours passes calls through."""
-    global _generation, _wanted
+    global _wanted
     with _lock:
-        _generation += 1
         _wanted = False
         for patch, done in list(_applied.items()):
             current = vars(done.owner).get(patch.attribute)

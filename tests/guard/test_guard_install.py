@@ -151,3 +151,38 @@ def test_import_ecoguard_is_inert():
         """
     )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+def test_install_cycles_before_transformers_import_register_each_hook_once():
+    """Hooks cannot be removed from wrapt, so cycles must not pile them up; the last install
+    still patches transformers when it is imported later, exactly once."""
+    result = _run(
+        textwrap.dedent(
+            """
+            import sys
+            from wrapt import importer
+            import ecoguard
+            for _ in range(1000):
+                ecoguard.install(measure=False)
+                ecoguard.uninstall()
+            hooks = importer._post_import_hooks
+            counts = [len(hooks.get(name) or ()) for name in
+                      ("transformers.modeling_utils", "transformers.generation.utils")]
+            assert counts == [1, 1], counts
+            assert "transformers" not in sys.modules
+            ecoguard.install(measure=False)
+            import wrapt
+            from transformers import PreTrainedModel
+            from transformers.generation.utils import GenerationMixin
+            fp = vars(PreTrainedModel)["from_pretrained"]
+            assert isinstance(fp, wrapt.FunctionWrapper), type(fp)
+            assert not isinstance(fp.__wrapped__, wrapt.FunctionWrapper)
+            assert isinstance(vars(GenerationMixin)["generate"], wrapt.FunctionWrapper)
+            ecoguard.uninstall()
+            assert not isinstance(vars(PreTrainedModel)["from_pretrained"], wrapt.FunctionWrapper)
+            print("ok")
+            """
+        )
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout
