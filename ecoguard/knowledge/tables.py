@@ -2,14 +2,17 @@
 
 Every table is a JSON file under ``ecoguard._paths.data_dir()`` read on first use and cached
 for the life of the process, so ``import ecoguard.knowledge`` costs nothing and the first
-look-up pays a few milliseconds. Local rows (``tier == "local"``) can be added with
-:func:`add_local_rows`; they are kept apart from the shipped rows and win over them.
+look-up pays a few milliseconds. Local rows (``tier == "local"``) come from the persistent local
+dataset that ``ecoguard bench`` writes (:func:`local_data_path`, JSON lines, re-read when the file
+changes) and from :func:`add_local_rows`; they are kept apart from the shipped rows and win over
+them.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import threading
 from functools import cache
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from ecoguard._paths import data_dir
 from ecoguard.errors import UnknownGpuError, UnknownModelError, UsageError
+from ecoguard.faults import record_fault
 from ecoguard.knowledge.records import (
     Equivalent,
     GpuProfile,
@@ -28,6 +32,10 @@ from ecoguard.knowledge.records import (
 _ROW_FIELDS = frozenset(ReferenceRow.__dataclass_fields__)
 _local_rows: list[ReferenceRow] = []
 _local_lock = threading.Lock()
+# (path, mtime_ns, size) of the local dataset file -> its rows; re-read only when it changes.
+_file_cache: tuple[tuple[str, int, int], tuple[ReferenceRow, ...]] | None = None
+
+LOCAL_DATA_ENV = "ECOGUARD_LOCAL_DATA"
 
 
 def _load(name: str) -> dict:
@@ -47,11 +55,68 @@ def _shipped_rows() -> tuple[ReferenceRow, ...]:
     return tuple(ReferenceRow(**{k: v for k, v in row.items() if k in _ROW_FIELDS}) for row in rows)
 
 
+def local_data_path() -> Path:
+    """The persistent local dataset (JSON lines, one ReferenceRow per line, tier ``local``):
+    ``$ECOGUARD_LOCAL_DATA``, else ``$XDG_DATA_HOME/ecoguard/local_rows.jsonl`` (``~/.local/share``
+    when XDG_DATA_HOME is unset). Read on every look-up that needs rows, cached by mtime and size."""
+    explicit = os.environ.get(LOCAL_DATA_ENV, "").strip()
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return Path(base) / "ecoguard" / "local_rows.jsonl"
+
+
+def read_local_rows(path: Path) -> tuple[ReferenceRow, ...]:
+    """Rows of a local dataset file. Unknown keys are ignored (the bench stores extras such as
+    per-run values); a line that does not parse or is not tier ``local`` is skipped and counted as
+    a fault (a torn last line after a crash must not hide the others); a later line with the same
+    id replaces an earlier one."""
+    rows: dict[str, ReferenceRow] = {}
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                data = json.loads(line)
+                row = ReferenceRow(**{k: v for k, v in data.items() if k in _ROW_FIELDS})
+            except (ValueError, TypeError, AttributeError) as exc:
+                record_fault("knowledge.local_rows", exc)
+                continue
+            if row.tier != "local":
+                record_fault("knowledge.local_rows", ValueError(f"tier {row.tier!r} in {path}"))
+                continue
+            rows[row.id] = row
+    return tuple(rows.values())
+
+
+def _file_local_rows() -> tuple[ReferenceRow, ...]:
+    global _file_cache
+    path = local_data_path()
+    try:
+        stat = path.stat()
+    except OSError:
+        return ()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    cached = _file_cache
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    try:
+        rows = read_local_rows(path)
+    except OSError as exc:  # unreadable file: the shipped data still answers
+        record_fault("knowledge.local_rows", exc)
+        rows = ()
+    _file_cache = (key, rows)
+    return rows
+
+
 def reference_rows() -> tuple[ReferenceRow, ...]:
-    """All compiled rows, then any ``local`` rows added in this process."""
+    """All compiled rows, then the local dataset's rows, then ``local`` rows added in-process."""
     with _local_lock:
         local = tuple(_local_rows)
-    return _shipped_rows() + local
+    return _shipped_rows() + _file_local_rows() + local
 
 
 def add_local_rows(rows: list[ReferenceRow] | tuple[ReferenceRow, ...]) -> None:
@@ -194,6 +259,9 @@ def resolve_model(text: str) -> ModelInfo:
     starts = [a for a in aliases if folded.startswith(a)]
     if starts:
         return registry[aliases[max(starts, key=len)]]
+    local = _local_model(text)
+    if local is not None:
+        return local
     params = parse_params_b(text)
     if params is not None:
         if not 0 < params <= 2000:
@@ -205,6 +273,20 @@ def resolve_model(text: str) -> ModelInfo:
         f"unknown model {text!r} and no size in its name.{hint} Give a registry id "
         "(`ecoguard data --models`) or a parameter count such as 7B."
     )
+
+
+def _local_model(text: str) -> ModelInfo | None:
+    """A model measured by ``ecoguard bench`` (a local path or an id outside the registry): its
+    local rows name it in ``model_id`` and carry the counted parameters."""
+    wanted = {text.strip()}
+    if os.path.exists(text.strip()):
+        wanted.add(os.path.abspath(text.strip()))
+    for row in reference_rows():
+        if row.tier == "local" and row.model_id in wanted and row.params_b:
+            return ModelInfo(
+                id=row.model_id, params_b=row.params_b, source="local dataset (ecoguard bench)"
+            )
+    return None
 
 
 @cache
