@@ -287,6 +287,9 @@ def _exact(gpu, model_key, params_b, precision, bs, gen, prompt) -> _Basis | Non
     return _Basis(energy, power, tput, tier, method, chosen, confidence, per_request)
 
 
+MAX_SIZE_EXTRAPOLATION = 2.0
+
+
 def _interpolate_size(gpu, params_b, precision, bs) -> _Basis | None:
     """J/token, power and throughput over ln(params) between measured sizes on this GPU."""
     if params_b is None:
@@ -315,6 +318,12 @@ def _interpolate_size(gpu, params_b, precision, bs) -> _Basis | None:
     below = [p for p in pts if p[0] <= params_b]
     above = [p for p in pts if p[0] >= params_b]
     inside = bool(below) and bool(above)
+    # A power law fitted between two sizes says little far outside them: extrapolate at most a
+    # factor of MAX_SIZE_EXTRAPOLATION beyond the measured range, else let other methods answer.
+    if not inside and not (
+        pts[0][0] / MAX_SIZE_EXTRAPOLATION <= params_b <= pts[-1][0] * MAX_SIZE_EXTRAPOLATION
+    ):
+        return None
     if inside:
         a, b = below[-1], above[0]
     elif below:

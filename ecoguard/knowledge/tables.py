@@ -112,11 +112,25 @@ def _file_local_rows() -> tuple[ReferenceRow, ...]:
     return rows
 
 
+# (the local file's rows object, _local_version, the combined tuple)
+_combined_cache: tuple[tuple[ReferenceRow, ...], int, tuple[ReferenceRow, ...]] | None = None
+_local_version = 0
+
+
 def reference_rows() -> tuple[ReferenceRow, ...]:
-    """All compiled rows, then the local dataset's rows, then ``local`` rows added in-process."""
+    """All compiled rows, then the local dataset's rows, then ``local`` rows added in-process.
+
+    Called many times per answer, so the concatenation is cached until the local file or the
+    in-process rows change (one stat of the local file per call remains)."""
+    global _combined_cache
+    file_rows = _file_local_rows()
     with _local_lock:
-        local = tuple(_local_rows)
-    return _shipped_rows() + _file_local_rows() + local
+        cached = _combined_cache
+        if cached is not None and cached[0] is file_rows and cached[1] == _local_version:
+            return cached[2]
+        combined = _shipped_rows() + file_rows + tuple(_local_rows)
+        _combined_cache = (file_rows, _local_version, combined)
+    return combined
 
 
 def add_local_rows(rows: list[ReferenceRow] | tuple[ReferenceRow, ...]) -> None:
@@ -125,12 +139,16 @@ def add_local_rows(rows: list[ReferenceRow] | tuple[ReferenceRow, ...]) -> None:
         if row.tier != "local":
             raise UsageError(f"local rows must have tier 'local', got {row.tier!r} ({row.id})")
     with _local_lock:
+        global _local_version
         _local_rows.extend(rows)
+        _local_version += 1
 
 
 def clear_local_rows() -> None:
     with _local_lock:
+        global _local_version
         _local_rows.clear()
+        _local_version += 1
 
 
 @cache

@@ -328,3 +328,28 @@ def test_cli_params_b_accepted(capsys):
         main(["estimate", "--params-b", "7", "--gpu", "4090D", "--precision", "int8_default"]) == 0
     )
     assert "tier:" in capsys.readouterr().out
+
+
+def test_size_extrapolation_is_bounded_to_twice_the_measured_range():
+    """A power law between 7 B and 9 B must not be carried down to a 0.1 M-parameter model."""
+    from ecoguard.knowledge.estimator import estimate
+
+    far = estimate(
+        Deployment(
+            model=ModelSpec(params_b=0.0001),
+            gpu=GpuSpec(profile="a800"),
+            precision="nf4_dq",
+            batch_size=1,
+        )
+    )
+    assert far.tier == "none" and far.energy_per_1k_tokens_j is None
+    near = estimate(
+        Deployment(
+            model=ModelSpec(params_b=16.0),
+            gpu=GpuSpec(profile="a800"),
+            precision="nf4",
+            batch_size=1,
+        )
+    )
+    assert near.tier == "derived" and "extrapolation" in near.method
+    assert near.energy_per_1k_tokens_j > 7544.6  # above the measured 14 B row
