@@ -192,7 +192,7 @@ def _advisor_answer(
     """The same Answer ``ecoguard optimize|compare|diagnose --json`` prints: the protocol's
     result plus the defaults used for missing facts and the published-vs-measured notes."""
     from ecoguard.advisor import protocols
-    from ecoguard.advisor.advise import Answer, build_deployment, honesty_notes
+    from ecoguard.advisor.answers import Answer, build_deployment, honesty_notes
     from ecoguard.deployment import normalize_precision
 
     canonical = normalize_precision(precision) if precision is not None else None
@@ -260,7 +260,7 @@ def _advisor_answer(
 def _advise(text: str, base_settings: Any) -> dict[str, Any]:
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from ecoguard.advisor.advise import advise
+    from ecoguard.advisor.answers import advise
     from ecoguard.advisor.parse import parse_question
 
     if parse_question(text).protocol == "audit":

@@ -10,8 +10,8 @@ import importlib
 from typing import Any
 
 _LAZY: dict[str, str] = {
-    "advise": "ecoguard.advisor.advise",
-    "Answer": "ecoguard.advisor.advise",
+    "advise": "ecoguard.advisor.answers",
+    "Answer": "ecoguard.advisor.answers",
     "parse_question": "ecoguard.advisor.parse",
     "ParsedQuestion": "ecoguard.advisor.parse",
     "AdvisorResult": "ecoguard.advisor.protocols",
@@ -21,7 +21,7 @@ _LAZY: dict[str, str] = {
     "estimate": "ecoguard.advisor.protocols",
     "diagnose": "ecoguard.advisor.protocols",
     "audit": "ecoguard.advisor.protocols",
-    "render": "ecoguard.advisor.render",
+    "render": "ecoguard.advisor.rendering",
 }
 
 __all__ = sorted(_LAZY)

@@ -82,7 +82,7 @@ def _fmt(args: argparse.Namespace) -> str:
 
 
 def _emit(answer: Any, args: argparse.Namespace) -> int:
-    from ecoguard.advisor.render import render
+    from ecoguard.advisor.rendering import render
     from ecoguard.advisor.voice import use_color
 
     fmt = _fmt(args)
@@ -96,7 +96,7 @@ def _emit(answer: Any, args: argparse.Namespace) -> int:
 
 
 def _advise(args: argparse.Namespace) -> int:
-    from ecoguard.advisor.advise import advise
+    from ecoguard.advisor.answers import advise
 
     return _emit(advise(" ".join(args.text)), args)
 
@@ -115,7 +115,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
 def _answer_for(args: argparse.Namespace, protocol: str) -> Any:
     from ecoguard.advisor import protocols
-    from ecoguard.advisor.advise import Answer, build_deployment, honesty_notes
+    from ecoguard.advisor.answers import Answer, build_deployment, honesty_notes
     from ecoguard.deployment import normalize_precision
 
     precision = normalize_precision(args.precision) if args.precision else None

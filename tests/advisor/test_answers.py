@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ecoguard.advisor.advise import advise
+from ecoguard.advisor.answers import advise
 from ecoguard.advisor.protocols import with_precision
 from ecoguard.config import Settings
 from ecoguard.errors import UsageError
@@ -157,3 +157,15 @@ def test_json_keys_others_rely_on():
         "sources",
     ):
         assert key in d
+
+
+def test_package_names_stay_functions_after_submodules_load():
+    """A submodule named like a public function would replace it on the package once imported."""
+    import ecoguard.advisor
+    import ecoguard.advisor.answers
+    import ecoguard.advisor.protocols
+    import ecoguard.advisor.rendering
+
+    for name in ecoguard.advisor.__all__:
+        value = getattr(ecoguard.advisor, name)
+        assert callable(value) and not isinstance(value, type(ecoguard)), name

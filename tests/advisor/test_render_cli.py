@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ecoguard.advisor.advise import advise
-from ecoguard.advisor.render import bar_chart, render
+from ecoguard.advisor.answers import advise
+from ecoguard.advisor.rendering import bar_chart, render
 from ecoguard.cli import main
 
 GOLDEN = Path(__file__).parent / "golden"

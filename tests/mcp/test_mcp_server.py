@@ -128,7 +128,7 @@ def _text(result: Any) -> str:
 
 
 def _deployment(**facts: Any) -> Any:
-    from ecoguard.advisor.advise import build_deployment
+    from ecoguard.advisor.answers import build_deployment
 
     dep, _defaults = build_deployment(
         model=facts.get("model"),
@@ -245,7 +245,7 @@ async def test_diagnose_matches_library(session, settings):
 
 
 async def test_advise_matches_library(session, settings):
-    from ecoguard.advisor.advise import advise  # the package attribute is the submodule once loaded
+    from ecoguard.advisor import advise
 
     question = "What is the greenest config for Qwen2.5-3B on an RTX 5090?"
     out = await call_ok(session, "advise", {"question": question})

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ecoguard.advisor.advise import Answer
+from ecoguard.advisor.answers import Answer
 from ecoguard.advisor.protocols import cite
 from ecoguard.advisor.voice import colorize, lobster_line, mood_tag
 from ecoguard.findings import Mood
