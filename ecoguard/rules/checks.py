@@ -174,7 +174,12 @@ def check_small_model_quant(deployment: Deployment, ctx: RuleContext) -> Finding
     basis = {
         "fitted": f"the crossover fitted to measured rows for {deployment.gpu.architecture}",
         "reported": f"the reported crossover for {deployment.gpu.architecture}",
-        "published-bound": "the published bound, as no GPU architecture is known",
+        "published-bound": (
+            f"the published bound, as no crossover is fitted or reported for "
+            f"{deployment.gpu.architecture}"
+            if deployment.gpu.architecture
+            else "the published bound, as no GPU architecture is known"
+        ),
     }[threshold.basis]
     if threshold.basis == "fitted" and threshold.reported_b is not None:
         basis += f"; the publisher reports {threshold.reported_b:g}B"

@@ -401,3 +401,19 @@ def test_rules_module_does_not_import_heavy_libraries():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_small_model_quant_names_the_architecture_when_no_crossover_is_known():
+    from ecoguard.rules import evaluate
+
+    findings = evaluate(
+        Deployment(
+            model=ModelSpec(params_b=0.5),
+            gpu=GpuSpec(profile="v100", architecture="volta"),
+            precision="nf4",
+        ),
+        only=["small-model-quant"],
+    )
+    assert findings, "a 0.5B NF4 model is below the published ~3B bound"
+    assert "no crossover is fitted or reported for volta" in findings[0].message
+    assert "no GPU architecture is known" not in findings[0].message
