@@ -567,7 +567,7 @@ class EcoguardCollector(Collector):
             "Energy-trap findings raised by the guard, by rule, mood and action taken.",
             labels=FINDING_LABELS,
         )
-        for key, count in sorted(snap.findings.items()):
+        for key, count in sorted(_with_zero_findings(snap.findings, self._current_settings())):
             findings.add_metric(list(key), count)
         folded = GaugeMetricFamily(
             "ecoguard_folded_model_names",
@@ -606,6 +606,26 @@ class EcoguardCollector(Collector):
             info.add_metric([], config_labels(settings))
             families.append(info)
         return families
+
+
+def _with_zero_findings(
+    findings: dict[tuple[str, str, str], float], settings: Settings | None
+) -> list[tuple[tuple[str, str, str], float]]:
+    """Observed finding counts plus a 0 for every (rule, mood, configured action) not seen yet.
+
+    A counter series that is born at 1 is invisible to increase()/rate(), so a rule's first
+    firing would never show on a dashboard or in an alert; creating the series at 0 fixes that."""
+    merged = dict(findings)
+    if settings is not None:
+        from ecoguard.rules import RULES
+
+        for rule_id, spec in RULES.items():
+            action = settings.action_for(rule_id)
+            if action == "off":
+                continue
+            for mood in spec.moods:
+                merged.setdefault((rule_id, mood.value, action), 0.0)
+    return list(merged.items())
 
 
 def config_labels(settings: Settings) -> dict[str, str]:

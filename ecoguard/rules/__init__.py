@@ -16,7 +16,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.errors import UsageError
 from ecoguard.faults import record_fault
-from ecoguard.findings import RULE_IDS, Finding
+from ecoguard.findings import RULE_IDS, Finding, Mood
 from ecoguard.rules.checks import (
     BS1_SUSTAINED_CALLS,
     PUBLISHED_SMALL_MODEL_BOUND_B,
@@ -55,6 +55,9 @@ class RuleSpec:
     fix: str = ""
     stage: str = "load"
     evidence: Callable[[Any], bool] | None = None
+    # The moods this rule's findings can carry: lets the exporter create each counter series at
+    # 0 before the first firing, so Prometheus' increase() sees that firing too.
+    moods: tuple[Mood, ...] = ()
 
 
 def _precision_in(*names: str) -> Callable[[Any], bool]:
@@ -65,6 +68,7 @@ def _precision_in(*names: str) -> Callable[[Any], bool]:
 _SPECS: tuple[RuleSpec, ...] = (
     RuleSpec(
         id="int8-mixed",
+        moods=(Mood.ORANGE,),
         title="INT8 mixed-precision trap",
         summary="bitsandbytes load_in_8bit without llm_int8_threshold=0.0",
         check=check_int8_mixed,
@@ -80,6 +84,7 @@ _SPECS: tuple[RuleSpec, ...] = (
     ),
     RuleSpec(
         id="small-model-quant",
+        moods=(Mood.ORANGE,),
         title="Small-model quantization penalty",
         summary="4-bit or 8-bit weights on a model below the architecture's crossover size",
         check=check_small_model_quant,
@@ -99,6 +104,7 @@ _SPECS: tuple[RuleSpec, ...] = (
     ),
     RuleSpec(
         id="fp8-eager",
+        moods=(Mood.RED,),
         title="FP8 eager-mode penalty",
         summary="torchao float8 quantization on a model that is not torch.compile'd",
         check=check_fp8_eager,
@@ -113,6 +119,7 @@ _SPECS: tuple[RuleSpec, ...] = (
     ),
     RuleSpec(
         id="nightly-build",
+        moods=(Mood.GRAY,),
         title="Nightly/dev build",
         summary="a dev or nightly torch/torchao build",
         check=check_nightly_build,
@@ -125,6 +132,7 @@ _SPECS: tuple[RuleSpec, ...] = (
     ),
     RuleSpec(
         id="batch-size-one",
+        moods=(Mood.YELLOW,),
         title="Batch-size-one serving",
         summary=f"{BS1_SUSTAINED_CALLS}+ consecutive generate calls at batch size 1 (not interactive)",
         check=check_batch_size_one,
@@ -140,6 +148,7 @@ _SPECS: tuple[RuleSpec, ...] = (
     ),
     RuleSpec(
         id="bf16-unsupported",
+        moods=(Mood.ORANGE,),
         title="bf16 on a pre-Ampere GPU",
         summary="bf16 weights or compute dtype on a GPU older than Ampere (sm_80)",
         check=check_bf16_unsupported,
@@ -152,6 +161,7 @@ _SPECS: tuple[RuleSpec, ...] = (
     ),
     RuleSpec(
         id="vram-overflow",
+        moods=(Mood.RED,),
         title="VRAM overflow",
         summary="weights plus KV cache exceed the GPUs' usable memory",
         check=check_vram_overflow,
@@ -164,6 +174,7 @@ _SPECS: tuple[RuleSpec, ...] = (
     ),
     RuleSpec(
         id="reference-deviation",
+        moods=(Mood.YELLOW, Mood.ORANGE, Mood.GRAY),
         title="Energy far from the reference",
         summary="live J/token far from the reference for the same configuration",
         check=check_reference_deviation,

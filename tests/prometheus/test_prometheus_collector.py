@@ -104,6 +104,45 @@ def test_findings_counted_by_rule_mood_action_from_the_event_bus():
     assert value("ecoguard_generation_energy_joules_total", GEN) == pytest.approx(2.0)
 
 
+def test_finding_series_exist_at_zero_before_the_first_firing():
+    """increase() cannot see a counter series born at 1, so every enabled rule's series starts
+    at 0 under the configured action; rules turned off get none."""
+    aggregates = prom.GenerationAggregates()
+    settings = Settings(mode="fix", rules={"batch-size-one": "off", "int8-mixed": "strict"})
+    registry, _ = _registry(aggregates=aggregates, meter=False, settings=settings)
+    value = registry.get_sample_value
+    assert (
+        value(
+            "ecoguard_findings_total", {"rule": "int8-mixed", "mood": "orange", "action": "strict"}
+        )
+        == 0
+    )
+    assert (
+        value("ecoguard_findings_total", {"rule": "fp8-eager", "mood": "red", "action": "fix"}) == 0
+    )
+    for mood in ("yellow", "orange", "gray"):
+        labels = {"rule": "reference-deviation", "mood": mood, "action": "fix"}
+        assert value("ecoguard_findings_total", labels) == 0
+    for action in ("warn", "fix", "strict", "off"):
+        labels = {"rule": "batch-size-one", "mood": "yellow", "action": action}
+        assert value("ecoguard_findings_total", labels) is None
+    aggregates.observe_finding(FakeFindingEvent(FakeFinding("int8-mixed", "orange"), "strict"))
+    assert (
+        value(
+            "ecoguard_findings_total", {"rule": "int8-mixed", "mood": "orange", "action": "strict"}
+        )
+        == 1
+    )
+
+
+def test_every_rule_declares_the_moods_its_check_yields():
+    from ecoguard.findings import RULE_IDS
+    from ecoguard.rules import RULES
+
+    assert set(RULES) == set(RULE_IDS)
+    assert all(spec.moods for spec in RULES.values())
+
+
 def test_model_names_beyond_the_cap_fold_into_other():
     aggregates = prom.GenerationAggregates(max_models=2)
     registry, _ = _registry(aggregates=aggregates, meter=False)
