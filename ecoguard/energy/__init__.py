@@ -1,1 +1,29 @@
+"""The meter: energy per generate call from NVML (or a simulated GPU), attributed and recorded.
 
+Importing this package starts nothing and imports no vendor library: ``pynvml`` is imported only
+when the NVML backend is probed, the sampler thread starts with :func:`start_meter`.
+"""
+
+from __future__ import annotations
+
+from ecoguard.energy.meter import (
+    CallInfo,
+    CallWindow,
+    GenerationRecord,
+    GpuState,
+    Meter,
+    get_meter,
+    start_meter,
+    stop_meter,
+)
+
+__all__ = [
+    "CallInfo",
+    "CallWindow",
+    "GenerationRecord",
+    "GpuState",
+    "Meter",
+    "get_meter",
+    "start_meter",
+    "stop_meter",
+]

@@ -1,0 +1,460 @@
+"""Power backends: where the meter's readings come from.
+
+Every backend answers the same small :class:`PowerBackend` protocol, in base units converted at the
+boundary (NVML's mJ and mW become J and W here):
+
+* ``nvml``: a real NVIDIA driver through nvidia-ml-py (``import pynvml``, imported lazily inside
+  :func:`NvmlBackend.probe` so ``import ecoguard.energy`` never loads it). Energy comes from the
+  total-energy counter (Volta and newer), instant power from field 186
+  (``NVML_FI_DEV_POWER_INSTANT``) with ``nvmlDeviceGetPowerUsage`` as the last resort. NVML errors
+  become :class:`~ecoguard.errors.NotSupportedError`, :class:`~ecoguard.errors.DeviceLostError` or
+  :class:`~ecoguard.errors.BackendError`.
+* ``simulated``: one GPU from the knowledge tables whose power follows whether generate calls are
+  running (idle power otherwise); its counter integrates that power exactly. Tier ``simulated``.
+* ``null``: no devices; the meter runs and measures nothing.
+
+:func:`choose_backend` picks one from :class:`~ecoguard.config.Settings` (``auto``: nvml when it
+initialises, else null). ``CUDA_VISIBLE_DEVICES`` is respected: visible index ``i`` is the ``i``-th
+device it names, by index or UUID, exactly as CUDA numbers them inside the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ecoguard.errors import BackendError, DeviceLostError, NotSupportedError
+
+_log = logging.getLogger("ecoguard.energy")
+
+Clock = Callable[[], float]
+
+# NVML return codes this module cares about (values from nvml.h; stable across drivers).
+_NVML_ERROR_NOT_SUPPORTED = 3
+_NVML_ERROR_FUNCTION_NOT_FOUND = 13
+_NVML_ERROR_GPU_IS_LOST = 15
+_NVML_ERROR_RESET_REQUIRED = 16
+_NVML_ERROR_GPU_NOT_FOUND = 28
+_NVML_FI_DEV_POWER_INSTANT = 186
+_LOST_CODES = frozenset(
+    {_NVML_ERROR_GPU_IS_LOST, _NVML_ERROR_RESET_REQUIRED, _NVML_ERROR_GPU_NOT_FOUND}
+)
+_UNSUPPORTED_CODES = frozenset({_NVML_ERROR_NOT_SUPPORTED, _NVML_ERROR_FUNCTION_NOT_FOUND})
+
+# nvmlDeviceArchitecture_t -> the architecture names used across ecoguard.
+_NVML_ARCHITECTURES: dict[int, str] = {
+    2: "kepler",
+    3: "maxwell",
+    4: "pascal",
+    5: "volta",
+    6: "turing",
+    7: "ampere",
+    8: "ada",
+    9: "hopper",
+    10: "blackwell",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """Static facts about one visible device. ``index`` is the visible (CUDA) index."""
+
+    index: int
+    name: str
+    uuid: str
+    architecture: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    memory_total_bytes: int | None = None
+    power_limit_w: float | None = None
+
+
+@runtime_checkable
+class PowerBackend(Protocol):
+    """What the meter needs from a source of power readings. Indices are visible indices."""
+
+    name: str  # "nvml", "simulated", "null"
+    tier: str  # "live" or "simulated": the tier of every figure derived from this backend
+    counter_quantised: bool  # True when the energy counter only changes every ~100 ms
+
+    def device_count(self) -> int: ...
+
+    def device_info(self, index: int) -> DeviceInfo: ...
+
+    def energy_j(self, index: int) -> float | None:
+        """Cumulative energy counter in joules, or None when the device has no counter."""
+        ...
+
+    def power_w(self, index: int) -> float:
+        """Instant power in watts."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class NullBackend:
+    """No devices. The meter still runs, records carry no energy, nothing raises."""
+
+    name = "null"
+    tier = "live"
+    counter_quantised = False
+
+    def device_count(self) -> int:
+        return 0
+
+    def device_info(self, index: int) -> DeviceInfo:
+        raise BackendError(f"null backend has no device {index}")
+
+    def energy_j(self, index: int) -> float | None:
+        raise BackendError(f"null backend has no device {index}")
+
+    def power_w(self, index: int) -> float:
+        raise BackendError(f"null backend has no device {index}")
+
+    def close(self) -> None:
+        return None
+
+
+def parse_visible_devices(value: str | None) -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` as a list of entries (indices or UUID prefixes); None if unset.
+
+    CUDA stops at the first entry it cannot parse; an empty string hides every device."""
+    if value is None:
+        return None
+    entries: list[str] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if not entry:
+            break
+        if entry.isdigit() or entry.startswith(("GPU-", "MIG-")):
+            entries.append(entry)
+        elif entry.startswith("-") and entry[1:].isdigit():
+            break  # a negative index ends the list in CUDA
+        else:
+            break
+    return entries
+
+
+class NvmlBackend:
+    """Readings from an NVIDIA driver through nvidia-ml-py."""
+
+    name = "nvml"
+    tier = "live"
+    counter_quantised = True
+
+    def __init__(self, pynvml: Any, handles: list[Any], physical: list[int]) -> None:
+        self._nvml = pynvml
+        self._handles = handles
+        self._physical = physical  # visible index -> physical NVML index (for labels, logs)
+        self._no_counter: set[int] = set()
+        self._no_instant: set[int] = set()
+        self._info: dict[int, DeviceInfo] = {}
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def probe(cls, *, visible_devices: str | None = None) -> NvmlBackend:
+        """Initialise NVML and enumerate the visible devices; BackendError if it cannot."""
+        try:
+            import pynvml
+        except ImportError as exc:
+            raise BackendError(
+                "nvidia-ml-py is not installed (pip install 'ecoguard[nvml]')"
+            ) from exc
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:
+            raise _map_error(exc, "nvmlInit") from exc
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            all_handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in all_handles]
+        except Exception as exc:
+            _safe_shutdown(pynvml)
+            raise _map_error(exc, "device enumeration") from exc
+        if visible_devices is None:
+            visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+        entries = parse_visible_devices(visible_devices)
+        physical: list[int] = []
+        if entries is None:
+            physical = list(range(count))
+        else:
+            for entry in entries:
+                match = _match_visible(entry, uuids)
+                if match is None or match in physical:
+                    break  # CUDA hides everything from the first invalid or repeated entry
+                physical.append(match)
+        return cls(pynvml, [all_handles[i] for i in physical], physical)
+
+    def device_count(self) -> int:
+        return len(self._handles)
+
+    def device_info(self, index: int) -> DeviceInfo:
+        cached = self._info.get(index)
+        if cached is not None:
+            return cached
+        nvml, handle = self._nvml, self._handle(index)
+        name = _text(self._call("nvmlDeviceGetName", handle))
+        uuid = _text(self._call("nvmlDeviceGetUUID", handle))
+        architecture = _optional(
+            lambda: _NVML_ARCHITECTURES.get(int(nvml.nvmlDeviceGetArchitecture(handle)))
+        )
+        capability = _optional(lambda: tuple(nvml.nvmlDeviceGetCudaComputeCapability(handle)))
+        memory = _optional(lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total))
+        limit_mw = _optional(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))
+        info = DeviceInfo(
+            index=index,
+            name=name,
+            uuid=uuid,
+            architecture=architecture,
+            compute_capability=capability,  # type: ignore[arg-type]
+            memory_total_bytes=memory,
+            power_limit_w=None if limit_mw is None else float(limit_mw) / 1000.0,
+        )
+        self._info[index] = info
+        return info
+
+    def energy_j(self, index: int) -> float | None:
+        if index in self._no_counter:
+            return None
+        try:
+            millijoules = self._call("nvmlDeviceGetTotalEnergyConsumption", self._handle(index))
+        except NotSupportedError:
+            self._no_counter.add(index)  # pre-Volta or virtualised: never ask again
+            return None
+        return float(millijoules) / 1000.0
+
+    def power_w(self, index: int) -> float:
+        handle = self._handle(index)
+        if index not in self._no_instant:
+            try:
+                values = self._call(
+                    "nvmlDeviceGetFieldValues", handle, [_NVML_FI_DEV_POWER_INSTANT]
+                )
+                field = values[0]
+                if int(field.nvmlReturn) == 0:
+                    return _field_number(field) / 1000.0
+                if int(field.nvmlReturn) in _LOST_CODES:
+                    raise DeviceLostError(f"GPU {index} lost (field 186)")
+                self._no_instant.add(index)
+            except NotSupportedError:
+                self._no_instant.add(index)
+        # Last resort: the driver's (often 1 s averaged) power reading.
+        return float(self._call("nvmlDeviceGetPowerUsage", handle)) / 1000.0
+
+    def power_method(self, index: int) -> str:
+        return "power_usage" if index in self._no_instant else "instant_power"
+
+    def physical_index(self, index: int) -> int:
+        return self._physical[index]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        _safe_shutdown(self._nvml)
+
+    def _handle(self, index: int) -> Any:
+        if not 0 <= index < len(self._handles):
+            raise BackendError(f"no visible GPU {index} (visible: {len(self._handles)})")
+        return self._handles[index]
+
+    def _call(self, function: str, *args: Any) -> Any:
+        try:
+            return getattr(self._nvml, function)(*args)
+        except Exception as exc:
+            raise _map_error(exc, function) from exc
+
+
+def _match_visible(entry: str, uuids: list[str]) -> int | None:
+    if entry.isdigit():
+        index = int(entry)
+        return index if index < len(uuids) else None
+    matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _map_error(exc: BaseException, where: str) -> BackendError:
+    """An NVML exception as one of ecoguard's backend errors."""
+    if isinstance(exc, BackendError):
+        return exc
+    code = getattr(exc, "value", None)
+    message = f"NVML {where}: {exc}"
+    if code in _UNSUPPORTED_CODES:
+        return NotSupportedError(message)
+    if code in _LOST_CODES:
+        return DeviceLostError(message)
+    return BackendError(message)
+
+
+def _safe_shutdown(pynvml: Any) -> None:
+    try:
+        pynvml.nvmlShutdown()
+    except Exception as exc:  # shutting down a broken driver must not raise
+        _log.debug("nvmlShutdown failed: %r", exc)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _optional(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except Exception:
+        return None
+
+
+def _field_number(field: Any) -> float:
+    # nvmlValueType_t: 0 double, 1 uint, 2 ulong, 3 ulonglong, 4 slonglong, 5 sint, 6 ushort.
+    kind = int(field.valueType)
+    value = field.value
+    return float(
+        {
+            0: value.dVal,
+            1: value.uiVal,
+            2: value.ulVal,
+            3: value.ullVal,
+            4: value.sllVal,
+            5: value.siVal,
+            6: value.usVal,
+        }.get(kind, value.uiVal)
+    )
+
+
+class SimulatedBackend:
+    """One simulated GPU: idle power, or a busy power while generate calls run on it.
+
+    The energy counter integrates the piecewise-constant power exactly (so it is not quantised).
+    The meter tells it how many calls are open through :meth:`set_active`.
+    """
+
+    name = "simulated"
+    tier = "simulated"
+    counter_quantised = False
+
+    def __init__(
+        self,
+        *,
+        gpu_name: str,
+        profile_key: str | None,
+        idle_w: float,
+        busy_w: float,
+        architecture: str | None = None,
+        memory_total_bytes: int | None = None,
+        power_limit_w: float | None = None,
+        clock: Clock = time.monotonic,
+        source: str = "",
+    ) -> None:
+        if not 0 <= idle_w <= busy_w:
+            raise BackendError(
+                f"simulated power must satisfy 0 <= idle <= busy, got {idle_w}, {busy_w}"
+            )
+        self.profile_key = profile_key
+        self.idle_w = float(idle_w)
+        self.busy_w = float(busy_w)
+        self.source = source
+        self._clock = clock
+        self._info = DeviceInfo(
+            index=0,
+            name=gpu_name,
+            uuid=f"SIM-{profile_key or 'gpu'}-0",
+            architecture=architecture,
+            memory_total_bytes=memory_total_bytes,
+            power_limit_w=power_limit_w,
+        )
+        self._lock = threading.Lock()
+        self._active = 0
+        self._energy_j = 0.0
+        self._last_t = clock()
+
+    @classmethod
+    def from_settings(cls, settings: Any, *, clock: Clock = time.monotonic) -> SimulatedBackend:
+        """The GPU named by ``settings.simulated_gpu``, powered from the reference rows.
+
+        Busy power is the median measured power of the reference rows for that GPU (TDP x 0.7
+        when there are none); idle power is the profile's idle figure (TDP x 0.15 when unknown)."""
+        from ecoguard.knowledge import find_rows, resolve_gpu
+
+        profile = resolve_gpu(settings.simulated_gpu)
+        powers = [r.power_w for r in find_rows(gpu=profile.key) if r.power_w]
+        busy_w = statistics.median(powers) if powers else 0.7 * float(profile.tdp_w)
+        idle_w = float(profile.idle_w) if profile.idle_w else 0.15 * float(profile.tdp_w)
+        source = (
+            f"median power of {len(powers)} reference rows for {profile.key}"
+            if powers
+            else f"0.7 x TDP of {profile.key} (no reference rows)"
+        )
+        return cls(
+            gpu_name=profile.name,
+            profile_key=profile.key,
+            idle_w=min(idle_w, busy_w),
+            busy_w=busy_w,
+            architecture=profile.architecture,
+            memory_total_bytes=int(profile.vram_gb * 1024**3) if profile.vram_gb else None,
+            power_limit_w=float(profile.tdp_w) if profile.tdp_w else None,
+            clock=clock,
+            source=source,
+        )
+
+    def set_active(self, index: int, active: int) -> None:
+        """``active`` generate calls are now open on device ``index`` (power changes now)."""
+        with self._lock:
+            self._advance()
+            self._active = max(0, active)
+
+    def _advance(self) -> None:
+        now = self._clock()
+        power = self.busy_w if self._active else self.idle_w
+        self._energy_j += power * max(0.0, now - self._last_t)
+        self._last_t = now
+
+    def device_count(self) -> int:
+        return 1
+
+    def device_info(self, index: int) -> DeviceInfo:
+        self._check(index)
+        return self._info
+
+    def energy_j(self, index: int) -> float | None:
+        self._check(index)
+        with self._lock:
+            self._advance()
+            return self._energy_j
+
+    def power_w(self, index: int) -> float:
+        self._check(index)
+        with self._lock:
+            return self.busy_w if self._active else self.idle_w
+
+    def close(self) -> None:
+        return None
+
+    def _check(self, index: int) -> None:
+        if index != 0:
+            raise BackendError(f"the simulated backend has one GPU (index 0), not {index}")
+
+
+def choose_backend(settings: Any, *, clock: Clock = time.monotonic) -> PowerBackend:
+    """The backend ``settings.backend`` names; ``auto``: NVML when it initialises, else null.
+
+    An explicit ``nvml`` that cannot start raises BackendError (the user asked for it); ``auto``
+    falls back quietly, logging why at debug level."""
+    choice = getattr(settings, "backend", "auto")
+    if choice == "null":
+        return NullBackend()
+    if choice == "simulated":
+        return SimulatedBackend.from_settings(settings, clock=clock)
+    if choice == "nvml":
+        return NvmlBackend.probe()
+    try:
+        return NvmlBackend.probe()
+    except BackendError as exc:
+        _log.debug("NVML unavailable, metering with the null backend: %s", exc)
+        return NullBackend()

@@ -1,0 +1,482 @@
+"""The meter: per-call energy windows, records, cost and CO2.
+
+``meter.begin(devices=..., info=CallInfo(...))`` before a generate call and
+``meter.end(window, tokens=..., requests=...)`` after it. ``end`` returns one frozen
+:class:`GenerationRecord` and publishes it on ``ecoguard.events.records``. The energy of a call is
+its time-overlap share of each GPU it ran on (see :mod:`ecoguard.energy.attribution`), read at the
+call's edges on the caller's thread (a few microseconds of NVML calls) so short calls are exact,
+not rounded to the sampler's 100 ms grid.
+
+Cost and CO2: ``kWh x PUE x price`` and ``kWh x PUE x grid intensity`` from the region table
+(:func:`ecoguard.knowledge.region`) with the Settings overrides on top. The reference J/token for
+the same configuration comes from :func:`ecoguard.knowledge.estimator.estimate`, cached per
+configuration.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ecoguard import events
+from ecoguard.config import Settings
+from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
+from ecoguard.energy.attribution import GpuTrack, Reading
+from ecoguard.energy.backends import PowerBackend, choose_backend
+from ecoguard.energy.sampler import Sampler
+from ecoguard.faults import fault_counts, record_fault
+
+_log = logging.getLogger("ecoguard.energy")
+
+JOULES_PER_KWH = 3.6e6
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """What the guard knows about one generate call when it starts."""
+
+    model_name: str | None = None
+    precision: str | None = None
+    batch_size: int | None = None
+    prompt_tokens: int | None = None
+    max_new_tokens: int | None = None
+    deployment: Deployment | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRecord:
+    """One measured generate call. Energies in J, times in s, cost in USD, CO2 in grams.
+
+    ``energy_j`` is the call's share of its GPUs' energy, idle power included (``idle_power_w`` says
+    how much of the draw was idle). ``tier`` is ``live`` (a real driver) or ``simulated``.
+    ``reference_j_per_token`` is what the reference data expects for the same configuration, with
+    its own tier (``measured``, ``derived``... or ``none``)."""
+
+    start_monotonic: float
+    end_monotonic: float
+    timestamp: float  # epoch seconds at the end of the call
+    duration_s: float
+    energy_j: float
+    tokens: int
+    requests: int
+    batch_size: int | None
+    prompt_tokens: int | None
+    model_name: str | None
+    precision: str | None
+    gpu_names: tuple[str, ...]
+    gpu_indices: tuple[int, ...]
+    tier: str
+    cost_usd: float | None
+    co2_g: float | None
+    joules_per_token: float | None
+    reference_j_per_token: float | None
+    reference_tier: str
+    label: str | None = None
+    gpu_uuids: tuple[str, ...] = ()
+    method: str = ""
+    idle_power_w: float | None = None
+    complete: bool = True  # False when a GPU stopped answering during the call
+    error: str | None = None  # the exception type, when the call raised
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """A snapshot of one GPU as the meter sees it (for metrics and ``doctor``)."""
+
+    index: int
+    uuid: str
+    name: str
+    profile: str | None
+    energy_j_total: float
+    power_w: float | None
+    idle_w: float | None
+    stale: bool
+    tier: str
+    method: str
+    faults: int
+    open_calls: int = 0
+
+
+@dataclass(slots=True)
+class CallWindow:
+    """An open call. Returned by :meth:`Meter.begin`; pass it to :meth:`Meter.end`."""
+
+    key: int
+    devices: tuple[int, ...]
+    info: CallInfo
+    start_monotonic: float
+    start_wall: float
+    closed: bool = False
+    started_on: tuple[int, ...] = field(default_factory=tuple)
+
+
+# Measurement collectors of the current context (see ecoguard.energy.measure).
+_collectors: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+    "ecoguard_measure_collectors", default=()
+)
+
+
+class _Pricing:
+    """Price, grid intensity and PUE resolved once per meter (region table + overrides)."""
+
+    def __init__(self, settings: Settings) -> None:
+        price, gco2, pue = settings.price_usd_per_kwh, settings.grid_gco2_per_kwh, settings.pue
+        if price is None or gco2 is None or pue is None:
+            try:
+                from ecoguard.knowledge import region
+
+                grid = region(settings.region)
+                price = grid.price_usd_per_kwh if price is None else price
+                gco2 = grid.gco2_per_kwh if gco2 is None else gco2
+                pue = grid.pue if pue is None else pue
+            except Exception as exc:
+                record_fault("meter.pricing", exc)
+        self.price_usd_per_kwh = price
+        self.gco2_per_kwh = gco2
+        self.pue = 1.0 if pue is None else pue
+
+    def cost_usd(self, energy_j: float) -> float | None:
+        if self.price_usd_per_kwh is None:
+            return None
+        return energy_j / JOULES_PER_KWH * self.pue * self.price_usd_per_kwh
+
+    def co2_g(self, energy_j: float) -> float | None:
+        if self.gco2_per_kwh is None:
+            return None
+        return energy_j / JOULES_PER_KWH * self.pue * self.gco2_per_kwh
+
+
+class Meter:
+    """Tracks the backend's GPUs, runs the sampler, turns call windows into records."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        backend: PowerBackend | None = None,
+        clock: Clock | None = None,
+        wall_clock: Clock = time.time,
+        calibrate: bool = True,
+        default_devices: tuple[int, ...] = (0,),
+    ) -> None:
+        self.settings = settings if settings is not None else Settings()
+        self.clock = clock if clock is not None else time.monotonic
+        self.backend = (
+            backend if backend is not None else choose_backend(self.settings, clock=self.clock)
+        )
+        self.tier = self.backend.tier
+        self._wall_clock = wall_clock
+        self.tracks: list[GpuTrack] = []
+        for index in range(self.backend.device_count()):
+            info = self.backend.device_info(index)
+            profile = getattr(self.backend, "profile_key", None) or _profile_key(info.name)
+            self.tracks.append(GpuTrack(self.backend, info, clock=self.clock, profile_key=profile))
+        self.default_devices = tuple(d for d in default_devices if d < len(self.tracks))
+        self.sampler = Sampler(
+            self.tracks, hz=self.settings.sample_hz, clock=self.clock, calibrate=calibrate
+        )
+        self.pricing = _Pricing(self.settings)
+        self._keys = itertools.count(1)
+        self._reference_cache: dict[Any, tuple[float | None, str]] = {}
+        self._reference_lock = threading.Lock()
+        self.records_published = 0
+        self._started = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> Meter:
+        if not self._started:
+            self._started = True
+            self.sampler.start()
+        return self
+
+    def stop(self) -> None:
+        self.sampler.stop()
+        try:
+            self.backend.close()
+        except Exception as exc:
+            record_fault("meter.close", exc)
+
+    def wait_ready(self, timeout: float | None = 5.0) -> bool:
+        """Wait until the sampler's first calibration pass is done (for tests and benchmarks)."""
+        return self.sampler.ready.wait(timeout)
+
+    # ----------------------------------------------------------------- calls
+
+    def begin(self, *, devices: tuple[int, ...] | None = None, info: CallInfo) -> CallWindow:
+        """Open a window on ``devices`` (visible indices; None: the meter's default GPUs)."""
+        chosen = self._devices(devices)
+        window = CallWindow(
+            key=next(self._keys),
+            devices=chosen,
+            info=info,
+            start_monotonic=self.clock(),
+            start_wall=self._wall_clock(),
+        )
+        started: list[int] = []
+        first: Reading | None = None
+        for index in chosen:
+            reading = self.tracks[index].open(window.key)
+            started.append(index)
+            if first is None and reading is not None:
+                first = reading
+        window.started_on = tuple(started)
+        if first is not None:
+            window.start_monotonic = first.t
+        return window
+
+    def end(
+        self,
+        window: CallWindow,
+        *,
+        tokens: int,
+        requests: int,
+        error: BaseException | None = None,
+    ) -> GenerationRecord | None:
+        """Close ``window``; returns its record (None with no GPU, or if already closed)."""
+        if window.closed:
+            return None
+        window.closed = True
+        energy_j = 0.0
+        end_t: float | None = None
+        complete = True
+        for index in window.started_on:
+            track = self.tracks[index]
+            share, reading = track.close(window.key)
+            energy_j += share
+            if reading is None:
+                complete = False
+            elif end_t is None or reading.t > end_t:
+                end_t = reading.t
+        if not window.started_on:
+            return None
+        end_monotonic = end_t if end_t is not None else self.clock()
+        record = self._record(window, energy_j, end_monotonic, tokens, requests, error, complete)
+        for collector in _collectors.get():
+            collector._add_record(record)
+        self.records_published += 1
+        events.records.publish(record)
+        return record
+
+    def _devices(self, devices: tuple[int, ...] | None) -> tuple[int, ...]:
+        if devices is None:
+            return self.default_devices
+        valid = tuple(dict.fromkeys(d for d in devices if 0 <= d < len(self.tracks)))
+        if len(valid) != len(tuple(devices)):
+            record_fault("meter.devices", ValueError(f"devices {devices} not all visible"))
+        return valid
+
+    def _record(
+        self,
+        window: CallWindow,
+        energy_j: float,
+        end_monotonic: float,
+        tokens: int,
+        requests: int,
+        error: BaseException | None,
+        complete: bool,
+    ) -> GenerationRecord:
+        info = window.info
+        tracks = [self.tracks[i] for i in window.started_on]
+        idle = [t.idle_w for t in tracks]
+        methods = sorted({t.method for t in tracks})
+        tokens = max(0, int(tokens))
+        reference, reference_tier = self._reference(info, tracks)
+        return GenerationRecord(
+            start_monotonic=window.start_monotonic,
+            end_monotonic=end_monotonic,
+            timestamp=window.start_wall + (end_monotonic - window.start_monotonic),
+            duration_s=max(0.0, end_monotonic - window.start_monotonic),
+            energy_j=energy_j,
+            tokens=tokens,
+            requests=max(0, int(requests)),
+            batch_size=info.batch_size,
+            prompt_tokens=info.prompt_tokens,
+            model_name=info.model_name,
+            precision=info.precision,
+            gpu_names=tuple(t.info.name for t in tracks),
+            gpu_indices=tuple(t.index for t in tracks),
+            tier=self.tier,
+            cost_usd=self.pricing.cost_usd(energy_j),
+            co2_g=self.pricing.co2_g(energy_j),
+            joules_per_token=energy_j / tokens if tokens else None,
+            reference_j_per_token=reference,
+            reference_tier=reference_tier,
+            label=info.label,
+            gpu_uuids=tuple(t.info.uuid for t in tracks),
+            method="+".join(methods),
+            idle_power_w=sum(i for i in idle if i is not None)
+            if any(i is not None for i in idle)
+            else None,
+            complete=complete,
+            error=type(error).__name__ if error is not None else None,
+        )
+
+    def _reference(self, info: CallInfo, tracks: list[GpuTrack]) -> tuple[float | None, str]:
+        """Reference J/token for this configuration from the estimator, cached per config."""
+        profile = tracks[0].profile_key if tracks else None
+        gpu_name = tracks[0].info.name if tracks else None
+        deployment = info.deployment
+        if deployment is None:
+            deployment = Deployment(
+                model=ModelSpec(id=info.model_name),
+                gpu=GpuSpec(profile=profile, name=gpu_name, count=max(1, len(tracks))),
+                precision=info.precision,
+                batch_size=info.batch_size,
+                prompt_tokens=info.prompt_tokens,
+                generation_tokens=info.max_new_tokens,
+            )
+        elif deployment.gpu.profile is None and profile is not None:
+            deployment = deployment.with_(
+                gpu=GpuSpec(profile=profile, name=gpu_name, count=max(1, len(tracks)))
+            )
+        key: Any = deployment
+        try:
+            hash(key)
+        except TypeError:
+            key = repr(deployment)
+        with self._reference_lock:
+            cached = self._reference_cache.get(key)
+        if cached is not None:
+            return cached
+        result: tuple[float | None, str] = (None, "none")
+        try:
+            from ecoguard.knowledge.estimator import estimate
+
+            est = estimate(deployment, settings=self.settings)
+            per_1k = est.energy_per_1k_tokens_j
+            if per_1k is not None and est.tier != "none":
+                result = (per_1k / 1000.0, est.tier)
+        except Exception as exc:
+            record_fault("meter.reference", exc)
+        with self._reference_lock:
+            if len(self._reference_cache) > 1024:
+                self._reference_cache.clear()  # bounded: configurations are few in practice
+            self._reference_cache[key] = result
+        return result
+
+    # ----------------------------------------------------------------- reading
+
+    def read_energy(self, devices: tuple[int, ...] | None = None) -> dict[int, float]:
+        """Estimated cumulative energy (J) of ``devices`` now, unshared (for ``measure``)."""
+        result: dict[int, float] = {}
+        for index in self._devices(devices) if devices is not None else range(len(self.tracks)):
+            reading = self.tracks[index].try_read()
+            if reading is not None:
+                result[index] = reading.energy_j
+        return result
+
+    def gpu_states(self) -> list[GpuState]:
+        states = []
+        for track in self.tracks:
+            last = track.last
+            states.append(
+                GpuState(
+                    index=track.index,
+                    uuid=track.info.uuid,
+                    name=track.info.name,
+                    profile=track.profile_key,
+                    energy_j_total=track.energy_total_j,
+                    power_w=last.power_w if last is not None else None,
+                    idle_w=track.idle_w,
+                    stale=track.stale,
+                    tier=self.tier,
+                    method=track.method,
+                    faults=track.faults,
+                    open_calls=track.open_calls,
+                )
+            )
+        return states
+
+    def stats(self) -> dict[str, Any]:
+        faults = {k: v for k, v in fault_counts().items() if k.startswith("meter.")}
+        return {
+            "backend": self.backend.name,
+            "tier": self.tier,
+            "gpus": len(self.tracks),
+            "samples": self.sampler.samples,
+            "sample_hz": self.sampler.hz,
+            "sample_hz_actual": self.sampler.actual_hz(),
+            "sampler_cpu_fraction": self.sampler.cpu_fraction(),
+            "last_sample_monotonic": self.sampler.last_sample_monotonic,
+            "running": self.sampler.running,
+            "records": self.records_published,
+            "faults": faults,
+            "counter_period_s": [t.phase.period_s for t in self.tracks],
+        }
+
+
+def _profile_key(gpu_name: str) -> str | None:
+    try:
+        from ecoguard.knowledge import resolve_gpu
+
+        return resolve_gpu(gpu_name).key
+    except Exception:
+        return None
+
+
+# ----------------------------------------------------------------- the process-wide meter
+
+_meter: Meter | None = None
+_meter_lock = threading.Lock()
+_started_ledger = False
+
+
+def start_meter(
+    settings: Settings | None = None,
+    *,
+    backend: PowerBackend | None = None,
+    clock: Clock | None = None,
+) -> Meter:
+    """Start the process-wide meter (idempotent: a second call returns the running one).
+
+    Also starts the process-wide ledger at ``settings.ledger_path`` unless it is None or a ledger
+    is already running; :func:`stop_meter` stops the ledger it started."""
+    global _meter, _started_ledger
+    with _meter_lock:
+        if _meter is None:
+            settings = settings if settings is not None else Settings.from_env()
+            _meter = Meter(settings, backend=backend, clock=clock).start()
+            if settings.ledger_path is not None:
+                # The ledger is the default store of records: it starts with the meter.
+                try:
+                    from ecoguard.export.ledger import get_ledger, start_ledger
+
+                    if get_ledger() is None:
+                        _started_ledger = start_ledger(settings) is not None
+                except Exception as exc:
+                    record_fault("meter.start_ledger", exc)
+        return _meter
+
+
+def get_meter() -> Meter | None:
+    return _meter
+
+
+def stop_meter() -> None:
+    """Stop the process-wide meter and release the backend. Idempotent."""
+    global _meter, _started_ledger
+    with _meter_lock:
+        meter, _meter = _meter, None
+        stop_ledger_too, _started_ledger = _started_ledger, False
+    if meter is not None:
+        meter.stop()
+    if stop_ledger_too:
+        try:
+            from ecoguard.export.ledger import stop_ledger
+
+            stop_ledger()  # writes what is queued first
+        except Exception as exc:
+            record_fault("meter.stop_ledger", exc)

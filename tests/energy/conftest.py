@@ -1,0 +1,66 @@
+"""Fixtures for the meter tests: the fake NVML library loaded into this process.
+
+The library is compiled once per session with gcc (tests skip only when gcc is missing) and loaded
+by full path, so pynvml's ``CDLL("libnvidia-ml.so.1")`` resolves to it and the real ctypes path
+runs. It stays inert (init fails like a machine without a driver) unless a test enables it through
+``FAKE_NVML_*`` variables, which monkeypatch removes after each test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ecoguard.testing.fake_nvml import FakeNvmlConfig, build_library, gcc_available, load_in_process
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_library(tmp_path_factory):
+    if not gcc_available():
+        pytest.skip("gcc is not installed: cannot build the fake NVML library")
+    path = build_library(tmp_path_factory.mktemp("fake-nvml"))
+    load_in_process(path)
+    return path
+
+
+@pytest.fixture
+def fake_nvml(fake_nvml_library, monkeypatch):
+    """``configure(**fields) -> FakeNvmlConfig``: enable the fake driver with that behaviour."""
+
+    def configure(**fields) -> FakeNvmlConfig:
+        config = FakeNvmlConfig(**fields)
+        for key, value in config.env().items():
+            monkeypatch.setenv(key, value)
+        return config
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return configure
+
+
+@pytest.fixture
+def nvml_meter(fake_nvml):
+    """``make(config_fields=..., **meter_kwargs) -> (meter, config)``; meters stop at teardown."""
+    from ecoguard.config import Settings
+    from ecoguard.energy import Meter
+    from ecoguard.energy.backends import NvmlBackend
+
+    meters = []
+
+    def make(*, hz: float = 10.0, visible: str | None = None, **fields):
+        config = fake_nvml(**fields)
+        backend = NvmlBackend.probe(visible_devices=visible)
+        meter = Meter(Settings(ledger_path=None, sample_hz=hz), backend=backend).start()
+        meters.append(meter)
+        assert meter.wait_ready(5.0)
+        return meter, config
+
+    yield make
+    for meter in meters:
+        meter.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_meter():
+    yield
+    from ecoguard.energy import stop_meter
+
+    stop_meter()
