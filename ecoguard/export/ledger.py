@@ -193,6 +193,10 @@ def record_row(record: Any) -> tuple[Any, ...]:
     return tuple(values)
 
 
+# A record the schema refuses (a missing timestamp, a value of the wrong type): that record's
+# problem, not the database's.
+_BAD_RECORD_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, TypeError, ValueError)
+
 _INSERT = (
     f"INSERT INTO generations ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 )
@@ -223,6 +227,7 @@ class Ledger:
         self.dropped = 0
         self._in_memory_count = 0
         self.failed_batches = 0
+        self.rejected = 0  # malformed records the database refused (kept in memory, counted)
         self.degraded: str | None = None  # why the ledger is in memory only; None when healthy
         self.memory: deque[Any] = deque(maxlen=memory_size)
 
@@ -309,24 +314,49 @@ class Ledger:
                     self._done.notify_all()
 
     def _write(self, batch: list[Any]) -> None:
-        written = False
+        unwritten: list[Any] = list(batch)
         if self._conn is not None:
             try:
                 rows = [record_row(r) for r in batch]
                 with self._conn:
                     self._conn.executemany(_INSERT, rows)
-                written = True
+                unwritten = []
+            except _BAD_RECORD_ERRORS as exc:
+                # One malformed record must cost neither the rest of its batch nor the ledger.
+                record_fault("ledger.bad_record", exc)
+                unwritten = self._write_each(batch)
             except Exception as exc:
                 self.failed_batches += 1
                 record_fault("ledger.write", exc)
                 self._degrade(f"cannot write {self.path}: {exc}")
         with self._done:
-            if written:
-                self.written += len(batch)
-            else:
-                self.memory.extend(batch)
-                self._in_memory_count += len(batch)
+            self.written += len(batch) - len(unwritten)
+            self.memory.extend(unwritten)
+            self._in_memory_count += len(unwritten)
             self._done.notify_all()
+
+    def _write_each(self, batch: list[Any]) -> list[Any]:
+        """Insert one record at a time; returns the records that could not be written."""
+        unwritten: list[Any] = []
+        for index, record in enumerate(batch):
+            if self._conn is None:
+                unwritten.extend(batch[index:])
+                break
+            try:
+                row = record_row(record)
+                with self._conn:
+                    self._conn.execute(_INSERT, row)
+            except _BAD_RECORD_ERRORS as exc:
+                self.rejected += 1
+                record_fault("ledger.bad_record", exc)
+                unwritten.append(record)
+            except Exception as exc:
+                self.failed_batches += 1
+                record_fault("ledger.write", exc)
+                self._degrade(f"cannot write {self.path}: {exc}")
+                unwritten.extend(batch[index:])
+                break
+        return unwritten
 
     def _degrade(self, reason: str) -> None:
         """Switch to memory only, warning once (read-only or full disk, locked, corrupt)."""
@@ -359,6 +389,7 @@ class Ledger:
                 "in_memory": self._in_memory_count,
                 "queued": self._queue.qsize(),
                 "failed_batches": self.failed_batches,
+                "rejected": self.rejected,
                 "degraded": self.degraded,
             }
 

@@ -86,6 +86,30 @@ def test_round_trip_through_the_event_bus(tmp_path):
     assert total["reference_j_per_token"] == pytest.approx(1.5)
 
 
+def test_a_malformed_record_is_refused_alone_and_the_ledger_keeps_writing(tmp_path, recwarn):
+    """A record without a timestamp (NOT NULL) is that record's fault: it stays in memory and is
+    counted; its batch-mates and later records still reach the disk, with no warning."""
+    import dataclasses
+
+    path = tmp_path / "l.sqlite"
+    ledger = Ledger(path, batch_size=50).start(subscribe=False)
+    try:
+        bad = dataclasses.replace(make_record(99), timestamp=None)
+        batch = [make_record(0), bad, make_record(1)]
+        for record in batch:
+            ledger.submit(record)
+        assert ledger.flush(5.0)
+        ledger.submit(make_record(2))
+        assert ledger.flush(5.0)
+        stats = ledger.stats()
+    finally:
+        ledger.stop()
+    assert [row["label"] for row in read_rows(path)] == ["call-0", "call-1", "call-2"]
+    assert stats["rejected"] == 1 and stats["in_memory"] == 1 and stats["degraded"] is None
+    assert list(ledger.memory) == [bad]
+    assert not [w for w in recwarn if issubclass(w.category, LedgerWarning)]
+
+
 def test_migration_from_an_empty_v0_database(tmp_path):
     path = tmp_path / "old.sqlite"
     sqlite3.connect(path).close()  # user_version 0, no tables
