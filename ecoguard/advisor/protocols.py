@@ -242,7 +242,17 @@ def cite(
     return tuple(sources), tiers
 
 
-def _equivalents(energy_kwh: float | None, co2_kg: float | None) -> tuple[str, ...]:
+# The answer speaks the question's language; the knowledge table's labels are English.
+_EQUIVALENT_LABELS_ZH = {
+    "car_km": "公里（普通乘用车行驶里程）",
+    "phone_charges": "次智能手机充满电",
+    "led_hours": "小时（10 W LED 灯泡）",
+}
+
+
+def _equivalents(
+    energy_kwh: float | None, co2_kg: float | None, language: str = "en"
+) -> tuple[str, ...]:
     if not energy_kwh or co2_kg is None:
         return ()
     try:
@@ -253,6 +263,8 @@ def _equivalents(energy_kwh: float | None, co2_kg: float | None) -> tuple[str, .
     out = []
     for item in items[:2]:
         value, label = getattr(item, "value", None), getattr(item, "label", None)
+        if language == "zh":
+            label = _EQUIVALENT_LABELS_ZH.get(getattr(item, "key", ""), label)
         if isinstance(value, (int, float)) and label:
             out.append(f"{value:,.1f} {label}" if value < 10 else f"{value:,.0f} {label}")
         else:
@@ -686,7 +698,7 @@ def optimize(
         evidence=tuple(dict.fromkeys(evidence)),
         current=current_est,
         optimized=chosen["estimate"],
-        equivalents=_equivalents(money.get("energy_kwh"), money.get("co2_kg")),
+        equivalents=_equivalents(money.get("energy_kwh"), money.get("co2_kg"), language),
         extra={"use": use, "rejected": [_public(r) for r in rejected]},
     )
 
@@ -773,7 +785,7 @@ def estimate(
         current=current,
         optimized=optimized,
         money=money,
-        equivalents=_equivalents(cur_money.get("energy_kwh"), cur_money.get("co2_kg")),
+        equivalents=_equivalents(cur_money.get("energy_kwh"), cur_money.get("co2_kg"), language),
         notes=notes,
     )
 

@@ -32,6 +32,8 @@ _LABELS = {
         "saving": "Saving",
         "per_month": "per month",
         "equivalent": "That is about",
+        "equivalent_optimize": "The recommended setup's monthly energy is about",
+        "equivalent_current": "This setup's monthly energy is about",
         "findings": "Traps found",
         "fix": "fix",
         "honesty": "Published vs measured",
@@ -61,6 +63,8 @@ _LABELS = {
         "saving": "节省",
         "per_month": "每月",
         "equivalent": "大约相当于",
+        "equivalent_optimize": "推荐配置每月的能耗大约相当于",
+        "equivalent_current": "该配置每月的能耗大约相当于",
         "findings": "发现的陷阱",
         "fix": "修复",
         "honesty": "公开数据与实测对比",
@@ -181,7 +185,13 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
         out.extend(body(answer, L, markdown))
         out.extend(_findings(answer, L, markdown))
     if result.equivalents:
-        out.append(f"{L['equivalent']}: " + "; ".join(result.equivalents) + ".")
+        # Say whose energy the everyday terms describe: optimize prices the recommendation,
+        # estimate and the others the configuration asked about.
+        label = L["equivalent_optimize" if result.protocol == "optimize" else "equivalent_current"]
+        if lang == "zh":
+            out.append(f"{label}：" + "；".join(result.equivalents) + "。")
+        else:
+            out.append(f"{label}: " + "; ".join(result.equivalents) + ".")
         out.append("")
     out.extend(_honesty(answer, L))
     notes = list(result.notes)
@@ -545,14 +555,13 @@ def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
         ev_rows = []
         for e in ev[:8]:
             if isinstance(e, dict):
+                delta = _delta_vs_fp16(e, ev)
                 ev_rows.append(
                     [
                         str(e.get("id", "-")),
                         str(e.get("precision", "-")),
                         _fmt(e.get("energy_j_per_1k") or e.get("energy_per_1k_tokens_j")),
-                        "-"
-                        if e.get("delta_vs_fp16_pct") is None
-                        else f"{e['delta_vs_fp16_pct']:+.1f}%",
+                        "-" if delta is None else f"{delta:+.1f}%",
                         str(e.get("tier", "-")),
                     ]
                 )
@@ -670,3 +679,25 @@ def _citation(answer: Answer, L: dict[str, str]) -> str:
         used = L["no_rows"]
     src = f"; {L['sources']}: " + ", ".join(sources) if sources else ""
     return f"{L['data']}: {used}{src}. {ATTRIBUTION}."
+
+
+def _delta_vs_fp16(row: dict, evidence: list) -> float | None:
+    """The row's own published change vs FP16, else one computed against an FP16 row of the
+    same GPU, model and batch size among the evidence (same source first)."""
+    if row.get("delta_vs_fp16_pct") is not None:
+        return float(row["delta_vs_fp16_pct"])
+    energy = row.get("energy_j_per_1k")
+    if row.get("precision") == "fp16" or not energy:
+        return None
+    same = [
+        e
+        for e in evidence
+        if isinstance(e, dict)
+        and e.get("precision") == "fp16"
+        and e.get("energy_j_per_1k")
+        and all(e.get(k) == row.get(k) for k in ("gpu", "model_key", "batch_size"))
+    ]
+    if not same:
+        return None
+    same.sort(key=lambda e: (e.get("source") != row.get("source"), e.get("tier") != "measured"))
+    return (energy / same[0]["energy_j_per_1k"] - 1.0) * 100.0

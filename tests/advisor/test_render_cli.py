@@ -150,3 +150,22 @@ def test_subprocess_wall_time_well_under_a_second():
         best = min(best, time.perf_counter() - start)
         assert proc.returncode == 0, proc.stderr
     assert best < 1.0
+
+
+def test_chinese_answer_states_everyday_equivalents_in_chinese():
+    from ecoguard.advisor import render
+
+    text = render(advise("我想用 Yi-6B 跑 100 万字, 要花多少钱?"), fmt="text")
+    line = next(ln for ln in text.splitlines() if "相当于" in ln)
+    assert "公里" in line and "smartphone" not in line and "passenger car" not in line
+
+
+def test_evidence_rows_show_the_change_vs_fp16_of_the_same_source():
+    from ecoguard.advisor import render
+
+    text = render(
+        advise("My load_in_8bit bill is crazy on an A800, Mistral-7B"), fmt="md", plain=True
+    )
+    row = next(ln for ln in text.splitlines() if "int8_mixed/bs1/dyn-a800meta" in ln)
+    # 9,608 J/1k against the same file's FP16 4,334 J/1k
+    assert "+121.7%" in row
