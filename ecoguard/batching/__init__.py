@@ -11,11 +11,12 @@ Importing this package imports neither torch nor transformers; they are imported
 
 from __future__ import annotations
 
-from ecoguard.batching.batcher import INSIDE_BATCH, Batcher
+from ecoguard.batching.batcher import BATCH_ROWS, INSIDE_BATCH, Batcher
 from ecoguard.batching.hook import batcher_for, close_all, coalescing_generate
 from ecoguard.batching.stats import batching_stats, reset_batching_stats
 
 __all__ = [
+    "BATCH_ROWS",
     "INSIDE_BATCH",
     "Batcher",
     "batcher_for",

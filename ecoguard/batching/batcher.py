@@ -43,6 +43,12 @@ INSIDE_BATCH: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "ecoguard_batching_inside", default=False
 )
 
+# Rows of the batch that this context's last coalesced call ran in (None: it ran alone). The
+# guard reads it so the call's record carries the batch size the GPU actually ran.
+BATCH_ROWS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "ecoguard_batching_rows", default=None
+)
+
 Runner = Callable[..., Any]
 # An invocation: (run, args, kwargs, callers, rows) -> result. A seam for tests and for a caller
 # that wants to wrap each executed generate call (the default just calls ``run``).
@@ -214,11 +220,13 @@ class Batcher:
             return self._invoke_fn(run, args, kwargs, 1, prepared.rows)
         try:
             if group.members[0] is pending:
-                return self._lead(group)
-            outcome = pending.future.result()
-            if outcome is _RUN_ALONE:
-                return self._invoke_fn(run, args, kwargs, 1, prepared.rows)
-            return outcome
+                result = self._lead(group)
+            else:
+                result = pending.future.result()
+                if result is _RUN_ALONE:
+                    return self._invoke_fn(run, args, kwargs, 1, prepared.rows)
+            BATCH_ROWS.set(group.rows)
+            return result
         finally:
             with self._lock:
                 self._inflight -= 1

@@ -244,8 +244,12 @@ class Meter:
         tokens: int,
         requests: int,
         error: BaseException | None = None,
+        batch_size: int | None = None,
     ) -> GenerationRecord | None:
-        """Close ``window``; returns its record (None with no GPU, or if already closed)."""
+        """Close ``window``; returns its record (None with no GPU, or if already closed).
+
+        ``batch_size``: the batch the GPU actually ran when it differs from the one the call
+        was opened with (a call coalesced with others by ecoguard's batching)."""
         if window.closed:
             return None
         window.closed = True
@@ -263,7 +267,9 @@ class Meter:
         if not window.started_on:
             return None
         end_monotonic = end_t if end_t is not None else self.clock()
-        record = self._record(window, energy_j, end_monotonic, tokens, requests, error, complete)
+        record = self._record(
+            window, energy_j, end_monotonic, tokens, requests, error, complete, batch_size
+        )
         for collector in _collectors.get():
             collector._add_record(record)
         self.records_published += 1
@@ -287,6 +293,7 @@ class Meter:
         requests: int,
         error: BaseException | None,
         complete: bool,
+        batch_size: int | None = None,
     ) -> GenerationRecord:
         info = window.info
         tracks = [self.tracks[i] for i in window.started_on]
@@ -302,7 +309,7 @@ class Meter:
             energy_j=energy_j,
             tokens=tokens,
             requests=max(0, int(requests)),
-            batch_size=info.batch_size,
+            batch_size=batch_size or info.batch_size,
             prompt_tokens=info.prompt_tokens,
             model_name=info.model_name,
             precision=info.precision,

@@ -33,12 +33,13 @@ def _resolve_meter() -> tuple[Any, Any]:
     return get_meter, CallInfo
 
 
-def _resolve_batching() -> Any:
+def _resolve_batching() -> tuple[Any, Any]:
+    """(coalescing_generate, BATCH_ROWS) from the batching package, or (None, None)."""
     try:
-        from ecoguard.batching import coalescing_generate
+        from ecoguard.batching import BATCH_ROWS, coalescing_generate
     except ImportError:
-        return None
-    return coalescing_generate
+        return None, None
+    return coalescing_generate, BATCH_ROWS
 
 
 def _start_meter(settings: Settings) -> Any:
@@ -135,7 +136,9 @@ def install(
             RUNTIME.policy = Policy(settings)
         RUNTIME.settings = settings
         RUNTIME.get_meter, RUNTIME.call_info = _resolve_meter()
-        RUNTIME.coalesce = _resolve_batching() if settings.batching else None
+        RUNTIME.coalesce, RUNTIME.batch_rows = (
+            _resolve_batching() if settings.batching else (None, None)
+        )
         RUNTIME.active = True
         patches.apply_patches()
         meter = _start_meter(settings) if settings.measure else None
@@ -176,6 +179,7 @@ def uninstall() -> None:
             except Exception as exc:
                 record_fault("guard.stop_batching", exc)
             RUNTIME.coalesce = None
+            RUNTIME.batch_rows = None
 
 
 def is_installed() -> bool:

@@ -57,6 +57,7 @@ class Runtime:
     get_meter: Callable[[], Any] | None = None
     call_info: Callable[..., Any] | None = None
     coalesce: Callable[..., Any] | None = None
+    batch_rows: Any = None  # ecoguard.batching.BATCH_ROWS while batching is on
     models: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -371,6 +372,8 @@ def _measured_call(
         window = meter.begin(devices=extract.model_devices(instance), info=info)
     except Exception as exc:
         record_fault("guard.meter.begin", exc)
+    batch_rows = runtime.batch_rows
+    rows_token = batch_rows.set(None) if batch_rows is not None else None
     try:
         result = _call(runtime, wrapped, instance, args, kwargs)
     except BaseException as error:
@@ -380,6 +383,8 @@ def _measured_call(
                 meter.end(window, tokens=0, requests=rows or 0, error=error)
             except Exception as exc:
                 record_fault("guard.meter.end", exc)
+        if rows_token is not None:
+            batch_rows.reset(rows_token)
         raise
     if window is not None:
         try:
@@ -390,7 +395,14 @@ def _measured_call(
                 eos_token_id=state.eos_token_id,
                 pad_token_id=state.pad_token_id,
             )
-            meter.end(window, tokens=tokens, requests=int(sequences.shape[0]))
+            requests = int(sequences.shape[0])
+            achieved = batch_rows.get() if batch_rows is not None else None
+            if achieved is None:
+                meter.end(window, tokens=tokens, requests=requests)
+            else:  # coalesced: record the batch the GPU ran
+                meter.end(window, tokens=tokens, requests=requests, batch_size=achieved)
         except Exception as exc:
             record_fault("guard.meter.end", exc)
+    if rows_token is not None:
+        batch_rows.reset(rows_token)
     return result

@@ -83,7 +83,11 @@ def test_sixteen_threads_overlapping_share_exactly_the_busy_energy(nvml_meter):
     assert shares == pytest.approx(busy_true, rel=0.01)
     for record in records:
         alone = config.energy_j(0, record.start_monotonic, record.end_monotonic)
-        assert 0 < record.energy_j <= alone * 1.02
+        # A share never exceeds what the GPU drew during the window, up to the edge readings'
+        # timing: with 16 threads on 2 loaded cores a read can land a few ms late, so allow
+        # 5 ms of the window's mean power beyond 2%.
+        slack_j = alone / (record.end_monotonic - record.start_monotonic) * 0.005
+        assert 0 < record.energy_j <= alone * 1.02 + slack_j
 
 
 def test_two_gpus_sharded_and_separate(nvml_meter):
