@@ -143,6 +143,7 @@ class _Totals:
     co2_g: float = 0.0
     batch_size: _Histogram = field(default_factory=lambda: _Histogram(BATCH_SIZE_BUCKETS))
     request_energy: _Histogram = field(default_factory=lambda: _Histogram(REQUEST_ENERGY_BUCKETS_J))
+    batching_saved_j: float = 0.0
 
     def copy(self) -> _Totals:
         return _Totals(
@@ -154,7 +155,38 @@ class _Totals:
             self.co2_g,
             self.batch_size.copy(),
             self.request_energy.copy(),
+            self.batching_saved_j,
         )
+
+
+_saved_ratio_cache: dict[tuple[int, int], float | None] = {}
+
+
+def batching_saved_energy_j(record: Any) -> float | None:
+    """Estimated energy a coalesced call saved against running its requests alone.
+
+    A record whose ``batch_size`` (the batch the GPU ran) exceeds its own ``requests`` was
+    coalesced by ecoguard's batching. Running alone, its tokens would have cost more per token by
+    the ratio the measured A800 batch sweep gives between the two batch sizes (tier ``derived``,
+    ``ecoguard.knowledge.estimator.batch_energy_ratio``); the saving is the difference."""
+    energy_j = _number(getattr(record, "energy_j", None))
+    requests = _number(getattr(record, "requests", None))
+    batch_size = _number(getattr(record, "batch_size", None))
+    if not energy_j or not requests or not batch_size or batch_size <= requests:
+        return None
+    key = (int(batch_size), int(requests))
+    if key not in _saved_ratio_cache:
+        try:
+            from ecoguard.knowledge.estimator import batch_energy_ratio
+
+            _saved_ratio_cache[key] = batch_energy_ratio(key[0], key[1])[0]
+        except Exception as exc:  # no sweep rows: no estimate, never a failed scrape
+            record_fault("export.batching_saved", exc)
+            _saved_ratio_cache[key] = None
+    ratio = _saved_ratio_cache[key]
+    if ratio is None or ratio <= 1.0:
+        return None
+    return energy_j * (ratio - 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +308,7 @@ class GenerationAggregates:
         cost_usd = _number(getattr(record, "cost_usd", None))
         co2_g = _number(getattr(record, "co2_g", None))
         reference = _number(getattr(record, "reference_j_per_token", None))
+        saved_j = batching_saved_energy_j(record)
         with self._lock:
             key = (
                 self._model_label(getattr(record, "model_name", None)),
@@ -297,6 +330,8 @@ class GenerationAggregates:
                     totals.request_energy.observe(energy_j / requests, weight=requests)
             if batch_size is not None and batch_size > 0:
                 totals.batch_size.observe(batch_size)
+            if saved_j is not None:
+                totals.batching_saved_j += saved_j
             if cost_usd is not None and cost_usd >= 0:
                 totals.cost_usd += cost_usd
             if co2_g is not None and co2_g >= 0:
@@ -537,6 +572,12 @@ class EcoguardCollector(Collector):
             "Batch size of each measured generate call.",
             labels=GENERATION_LABELS,
         )
+        batching_saved = CounterMetricFamily(
+            "ecoguard_batching_energy_saved_joules",
+            "Estimated energy that ecoguard's batching saved against running each coalesced "
+            "request alone, in joules (derived: batch scaling of the measured A800 sweep).",
+            labels=GENERATION_LABELS,
+        )
         request_energy = HistogramMetricFamily(
             "ecoguard_request_energy_joules",
             "Energy per request in joules (a call's energy shared equally by its requests).",
@@ -551,6 +592,8 @@ class EcoguardCollector(Collector):
             cost.add_metric(labels, totals.cost_usd)
             co2.add_metric(labels, totals.co2_g)
             batch.add_metric(labels, totals.batch_size.cumulative(), totals.batch_size.sum)
+            if totals.batching_saved_j:
+                batching_saved.add_metric(labels, totals.batching_saved_j)
             request_energy.add_metric(
                 labels, totals.request_energy.cumulative(), totals.request_energy.sum
             )
@@ -582,6 +625,7 @@ class EcoguardCollector(Collector):
             cost,
             co2,
             batch,
+            batching_saved,
             request_energy,
             reference,
             findings,
@@ -728,6 +772,12 @@ class _MultiprocessSink:
         self.findings = Counter(
             "ecoguard_findings", "Energy-trap findings.", FINDING_LABELS, registry=registry
         )
+        self.batching_saved = Counter(
+            "ecoguard_batching_energy_saved_joules",
+            "Estimated energy saved by ecoguard's batching, joules (derived).",
+            labels,
+            registry=registry,
+        )
 
     def _model_label(self, model_name: object) -> str:
         name = _label(model_name)
@@ -762,6 +812,8 @@ class _MultiprocessSink:
                     child.observe(energy_j / requests)
         if batch_size is not None and batch_size > 0:
             self.batch.labels(*key).observe(batch_size)
+        if (saved_j := batching_saved_energy_j(record)) is not None:
+            self.batching_saved.labels(*key).inc(saved_j)
         if (cost := _number(getattr(record, "cost_usd", None))) is not None and cost >= 0:
             self.cost.labels(*key).inc(cost)
         if (co2 := _number(getattr(record, "co2_g", None))) is not None and co2 >= 0:

@@ -143,6 +143,23 @@ def test_every_rule_declares_the_moods_its_check_yields():
     assert all(spec.moods for spec in RULES.values())
 
 
+def test_coalesced_calls_count_the_energy_batching_saved():
+    """A record that ran in a bigger batch than its own requests was coalesced: the counter adds
+    what running alone would have cost more, by the A800 sweep's batch scaling."""
+    from ecoguard.knowledge.estimator import batch_energy_ratio
+
+    aggregates = prom.GenerationAggregates()
+    registry, _ = _registry(aggregates=aggregates, meter=False)
+    aggregates.observe_record(FakeRecord(energy_j=10.0, tokens=8, requests=1, batch_size=1))
+    name = "ecoguard_batching_energy_saved_joules_total"
+    assert registry.get_sample_value(name, GEN) is None  # nothing coalesced yet
+    aggregates.observe_record(FakeRecord(energy_j=10.0, tokens=8, requests=1, batch_size=8))
+    aggregates.observe_record(FakeRecord(energy_j=20.0, tokens=16, requests=2, batch_size=8))
+    expected = 10.0 * (batch_energy_ratio(8, 1)[0] - 1) + 20.0 * (batch_energy_ratio(8, 2)[0] - 1)
+    assert batch_energy_ratio(8, 1)[0] > batch_energy_ratio(8, 2)[0] > 1
+    assert registry.get_sample_value(name, GEN) == pytest.approx(expected)
+
+
 def test_model_names_beyond_the_cap_fold_into_other():
     aggregates = prom.GenerationAggregates(max_models=2)
     registry, _ = _registry(aggregates=aggregates, meter=False)
