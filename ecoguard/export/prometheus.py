@@ -962,6 +962,9 @@ class _MetricsHandler(http.server.BaseHTTPRequestHandler):
     server: _MetricsHTTPServer
     server_version = "ecoguard-metrics"
     protocol_version = "HTTP/1.1"
+    # Seconds a connection may sit without sending a request before it is closed, so idle or
+    # half-open connections (slowloris) cannot pin a thread each forever. Scrapes take ms.
+    timeout = 30.0
 
     def _is_metrics_path(self) -> bool:
         return self.path.split("?", 1)[0] in ("/metrics", "/metrics/")
