@@ -960,7 +960,8 @@ def _print_report(out: _Progress, summary: dict[str, Any], settings: Any) -> Non
         tokens = metrics["totals"].get("ecoguard_generation_tokens_total")
         out.say(
             f"  /metrics: scraped {metrics['bytes']} bytes; ecoguard_generation_tokens_total "
-            f"{_num(tokens, '.0f')}; findings {dict(sorted(metrics['findings'].items()))}"
+            f"{_num(tokens, '.0f')}; findings "
+            f"{ {rule: n for rule, n in sorted(metrics['findings'].items()) if n} }"
         )
     savings = summary["savings"]
     if savings.get("basis") != "served model":

@@ -34,6 +34,27 @@ TIERS: tuple[str, ...] = (
 )
 
 
+# How certain each tier is, weakest first: a figure combined from several is only as good as
+# its weakest input.
+TIER_STRENGTH: dict[str, int] = {
+    "none": 0,
+    "simulated": 1,
+    "extrapolated": 2,
+    "derived": 3,
+    "reported": 4,
+    "measured": 5,
+    "local": 6,
+    "live": 7,
+}
+
+
+def weakest_tier(tiers: object) -> str:
+    """The least certain tier of several figures (unknown tiers count as ``none``); ``none``
+    when there are none."""
+    listed = [t for t in tiers if t]  # type: ignore[attr-defined]
+    return min(listed, key=lambda t: TIER_STRENGTH.get(t, 0)) if listed else "none"
+
+
 class Mood(str, Enum):
     """The EcoLobster's mood: how wasteful a configuration is."""
 

@@ -89,16 +89,7 @@ def resolve_model_spec(text: str) -> ModelSpec:
     from ecoguard.knowledge import resolve_model
 
     info = resolve_model(text)
-    return ModelSpec(
-        id=info.id,
-        params_b=info.params_b,
-        family=info.family,
-        layers=info.layers,
-        hidden_size=info.hidden_size,
-        kv_heads=info.kv_heads,
-        head_dim=info.head_dim,
-        context_window=info.context_window,
-    )
+    return info.to_model_spec()
 
 
 def build_deployment(

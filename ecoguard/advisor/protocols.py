@@ -18,7 +18,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment, GpuSpec, QuantSpec
 from ecoguard.errors import UsageError
 from ecoguard.faults import record_fault
-from ecoguard.findings import Finding, Mood
+from ecoguard.findings import TIER_STRENGTH, Finding, Mood, weakest_tier
 
 # Batch sizes tried per use. Chat is interactive (one user waits on one stream); an API can
 # coalesce concurrent requests; an offline batch job can fill the GPU. Reference rows stop at 64.
@@ -30,23 +30,7 @@ BATCH_SIZES_BY_USE: dict[str, tuple[int, ...]] = {
 # Two energies within this fraction are treated as a tie (the measured run-to-run spread of the
 # reference rows is a few percent); ties go to the configuration that keeps FP16/BF16 outputs.
 TIE_FRACTION = 0.05
-TIER_STRENGTH: dict[str, int] = {
-    "none": 0,
-    "simulated": 1,
-    "extrapolated": 2,
-    "derived": 3,
-    "reported": 4,
-    "measured": 5,
-    "local": 6,
-    "live": 7,
-}
 UNQUANTIZED = ("fp16", "bf16", "fp32")
-
-
-def weakest_tier(tiers: Iterable[str]) -> str:
-    """The least certain tier of several figures; ``none`` when there are none."""
-    listed = [t for t in tiers if t]
-    return min(listed, key=lambda t: TIER_STRENGTH.get(t, 0)) if listed else "none"
 
 
 def _t(language: str, en: str, zh: str) -> str:

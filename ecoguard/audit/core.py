@@ -199,13 +199,4 @@ def _model_spec(text: str) -> ModelSpec | None:
     except ImportError as exc:
         record_fault("audit.resolve_model", exc)
         return None
-    return ModelSpec(
-        id=info.id or text,
-        params_b=info.params_b,
-        family=info.family,
-        layers=info.layers,
-        hidden_size=info.hidden_size,
-        kv_heads=info.kv_heads,
-        head_dim=info.head_dim,
-        context_window=info.context_window,
-    )
+    return info.to_model_spec(info.id or text)

@@ -209,7 +209,9 @@ class Ledger:
         self,
         path: str | Path,
         *,
-        queue_size: int = 10_000,
+        # ~1.2 KB per queued record: at most ~40 MB of backlog when the writer falls behind a
+        # burst (64 threads x 200 calls fit); past that records are dropped and counted.
+        queue_size: int = 32_768,
         batch_size: int = 512,
         memory_size: int = 10_000,
     ) -> None:

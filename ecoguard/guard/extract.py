@@ -199,16 +199,7 @@ def _params_from_registry(model_id: str | None) -> ModelSpec | None:
         info = resolve_model(model_id)
     except Exception:  # unknown to the registry, or tables absent
         return None
-    return ModelSpec(
-        id=model_id,
-        params_b=info.params_b,
-        family=info.family,
-        layers=info.layers,
-        hidden_size=info.hidden_size,
-        kv_heads=info.kv_heads,
-        head_dim=info.head_dim,
-        context_window=info.context_window,
-    )
+    return info.to_model_spec(model_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ecoguard.deployment import ModelSpec
+
 
 @dataclass(frozen=True, slots=True)
 class ReferenceRow:
@@ -96,6 +98,19 @@ class ModelInfo:
     context_window: int | None = None
     source: str = ""
     hf_id: str | None = None
+
+    def to_model_spec(self, id: str | None = None) -> ModelSpec:
+        """This shape as the Deployment's ModelSpec, named ``id`` (default: the registry id)."""
+        return ModelSpec(
+            id=id or self.id,
+            params_b=self.params_b,
+            family=self.family,
+            layers=self.layers,
+            hidden_size=self.hidden_size,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            context_window=self.context_window,
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,24 +14,12 @@ from typing import Any
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.faults import record_fault
-from ecoguard.findings import Impact
-
-# Weakest first: a difference of two estimates is only as good as the weaker one.
-_TIER_STRENGTH: dict[str, int] = {
-    "none": 0,
-    "simulated": 1,
-    "extrapolated": 2,
-    "derived": 3,
-    "reported": 4,
-    "measured": 5,
-    "local": 6,
-    "live": 7,
-}
+from ecoguard.findings import Impact, weakest_tier
 
 
 def weaker_tier(first: str, second: str) -> str:
     """The less certain of two data tiers (unknown tiers count as ``none``)."""
-    return min(first, second, key=lambda tier: _TIER_STRENGTH.get(tier, 0))
+    return weakest_tier((first, second))
 
 
 def _default_estimator() -> Callable[..., Any] | None:
