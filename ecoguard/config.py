@@ -147,7 +147,9 @@ class Settings:
         if "rules" in values and isinstance(values["rules"], str):
             values["rules"] = parse_rule_overrides(values["rules"])  # type: ignore[arg-type]
         if "ledger_path" in values and isinstance(values["ledger_path"], str):
-            values["ledger_path"] = Path(values["ledger_path"])  # type: ignore[arg-type]
+            text = values["ledger_path"].strip()  # type: ignore[union-attr]
+            # the same words as ECOGUARD_LEDGER: never a file named "off" in the working dir
+            values["ledger_path"] = None if text.lower() in ("off", "none", "0", "") else Path(text)
         return cls(**values).validate()  # type: ignore[arg-type]
 
 

@@ -107,3 +107,15 @@ def test_import_ecoguard_is_inert():
         "assert not threads, threads\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("word", ["off", "OFF", "none", "0"])
+def test_ledger_off_as_an_argument_disables_the_ledger_like_the_env_var(word):
+    assert Settings.from_env({}, ledger_path=word).ledger_path is None
+    assert Settings.from_env({"ECOGUARD_LEDGER": word}).ledger_path is None
+
+
+def test_ledger_path_argument_is_a_path():
+    from pathlib import Path
+
+    assert Settings.from_env({}, ledger_path="/tmp/x.sqlite").ledger_path == Path("/tmp/x.sqlite")
