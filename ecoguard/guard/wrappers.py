@@ -313,7 +313,8 @@ def generate_wrapper(
         state = None
         try:
             state = runtime.models.get(instance) or _state_for(instance)
-            _track_batch_size(state, _batch_size(args, kwargs))
+            if runtime.coalesce is None or not runtime.settings.batching:
+                _track_batch_size(state, _batch_size(args, kwargs))
         except EnergyTrapError:
             raise
         except Exception as exc:
@@ -325,7 +326,7 @@ def generate_wrapper(
             except Exception as exc:
                 record_fault("guard.meter", exc)
         if meter is None:
-            return _call(runtime, wrapped, instance, args, kwargs)
+            return _call(runtime, state, wrapped, instance, args, kwargs)[0]
         return _measured_call(runtime, meter, state, wrapped, instance, args, kwargs)
     finally:
         _generate_depth.reset(token)
@@ -333,15 +334,37 @@ def generate_wrapper(
 
 def _call(
     runtime: Runtime,
+    state: ModelState | None,
     wrapped: Callable[..., Any],
     instance: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> Any:
+) -> tuple[Any, int | None]:
+    """The real generate call, through the batcher when batching is on.
+
+    Returns the result and, for a call coalesced with others, the rows of the batch the GPU ran
+    (else None)."""
     coalesce = runtime.coalesce
-    if coalesce is not None and runtime.settings.batching:
-        return coalesce(wrapped, instance, args, kwargs, runtime.settings)
-    return wrapped(*args, **kwargs)
+    rows_var = runtime.batch_rows
+    if coalesce is None or not runtime.settings.batching:
+        return wrapped(*args, **kwargs), None
+    token = rows_var.set(None) if rows_var is not None else None
+    try:
+        result = coalesce(wrapped, instance, args, kwargs, runtime.settings)
+        achieved = rows_var.get() if rows_var is not None else None
+    finally:
+        if token is not None:
+            rows_var.reset(token)
+    if state is not None:
+        # With batching on, the streak counts what the GPU ran, known only now: concurrent
+        # callers that were coalesced are not batch-size-one calls.
+        try:
+            _track_batch_size(state, achieved or _batch_size(args, kwargs))
+        except EnergyTrapError:
+            raise
+        except Exception as exc:
+            record_fault("guard.generate", exc)
+    return result, achieved
 
 
 def _measured_call(
@@ -372,10 +395,8 @@ def _measured_call(
         window = meter.begin(devices=extract.model_devices(instance), info=info)
     except Exception as exc:
         record_fault("guard.meter.begin", exc)
-    batch_rows = runtime.batch_rows
-    rows_token = batch_rows.set(None) if batch_rows is not None else None
     try:
-        result = _call(runtime, wrapped, instance, args, kwargs)
+        result, achieved = _call(runtime, state, wrapped, instance, args, kwargs)
     except BaseException as error:
         if window is not None:
             try:
@@ -383,8 +404,6 @@ def _measured_call(
                 meter.end(window, tokens=0, requests=rows or 0, error=error)
             except Exception as exc:
                 record_fault("guard.meter.end", exc)
-        if rows_token is not None:
-            batch_rows.reset(rows_token)
         raise
     if window is not None:
         try:
@@ -396,13 +415,10 @@ def _measured_call(
                 pad_token_id=state.pad_token_id,
             )
             requests = int(sequences.shape[0])
-            achieved = batch_rows.get() if batch_rows is not None else None
             if achieved is None:
                 meter.end(window, tokens=tokens, requests=requests)
             else:  # coalesced: record the batch the GPU ran
                 meter.end(window, tokens=tokens, requests=requests, batch_size=achieved)
         except Exception as exc:
             record_fault("guard.meter.end", exc)
-    if rows_token is not None:
-        batch_rows.reset(rows_token)
     return result

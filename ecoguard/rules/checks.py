@@ -300,10 +300,18 @@ def check_batch_size_one(deployment: Deployment, ctx: RuleContext) -> Finding | 
             "each, so every token pays for a full pass over the weights that a batch would share."
         ),
         fix=(
-            f"ecoguard.install(batching=True, max_batch_size={target})"
+            "model.generate(input_ids=batch_of_prompts, attention_mask=mask)"
+            "  # batching is on, but calls arrive one at a time: nothing to coalesce"
+            if ctx.settings.batching
+            else f"ecoguard.install(batching=True, max_batch_size={target})"
             "  # or pass several prompts per generate call"
         ),
-        fix_summary=f"batch concurrent requests (up to {target} per call)",
+        fix_summary=(
+            "send several prompts per call, or send requests concurrently so the batcher can "
+            "coalesce them"
+            if ctx.settings.batching
+            else f"batch concurrent requests (up to {target} per call)"
+        ),
         impact=impact,
         evidence=rows,
         changes_outputs=False,

@@ -13,6 +13,7 @@ from batching_helpers import make_prompts, rows_of, run_concurrently  # noqa: E4
 import ecoguard  # noqa: E402
 from ecoguard import events  # noqa: E402
 from ecoguard.batching import batching_stats  # noqa: E402
+from ecoguard.guard.install import current_settings  # noqa: E402
 
 
 @pytest.fixture
@@ -67,3 +68,45 @@ def test_install_batching_coalesces_guarded_calls_and_meters_each_caller(guarded
     assert all(r.tier == "simulated" and r.energy_j > 0 for r in records)
     # each record carries the batch the GPU ran, not the caller's own rows
     assert {r.batch_size for r in records} == {rows_of(calls)}
+
+
+def test_coalesced_calls_do_not_count_as_batch_size_one_but_lone_calls_still_do(
+    guarded, tiny_llama_dir
+):
+    import transformers
+
+    ecoguard.install(
+        mode="warn",
+        rules="small-model-quant:off",
+        batching=True,
+        max_batch_size=8,
+        max_wait_ms=30_000,
+        backend="simulated",
+        ledger_path="off",
+    )
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tiny_llama_dir, dtype=torch.float32
+    ).eval()
+    fired = []
+    unsubscribe = events.findings.subscribe(
+        lambda event: (
+            fired.append(event.finding.rule) if event.finding.rule == "batch-size-one" else None
+        )
+    )
+    try:
+        one_row = [{"input_ids": torch.tensor([[3, 4, 5 + i]])} for i in range(8)]
+        for _ in range(2):  # 16 one-row calls, each coalesced into a batch of 8
+            run_concurrently(
+                lambda i: model.generate(**one_row[i], max_new_tokens=2, do_sample=False), 8
+            )
+        assert fired == []
+        # Same settings, batching still on; lone callers need not wait for partners.
+        current = current_settings()
+        ecoguard.install(settings=current, max_wait_ms=0)
+        assert current_settings().batching and current_settings().max_wait_ms == 0
+        with pytest.warns(ecoguard.EnergyTrapWarning, match="nothing to coalesce"):
+            for i in range(8):  # now one at a time: nothing to coalesce with
+                model.generate(**one_row[i], max_new_tokens=2, do_sample=False)
+        assert fired == ["batch-size-one"]
+    finally:
+        unsubscribe()
