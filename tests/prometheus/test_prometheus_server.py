@@ -472,3 +472,28 @@ def test_promtool_check_rules_without_warnings():
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "WARNING" not in output.upper() and "SUCCESS" in output, output
+
+
+def test_ledger_and_report_agree_with_prometheus(stack):
+    """What Prometheus scraped, the SQLite ledger holds and `ecoguard report` shows are the same
+    numbers for the guarded model: three back doors, one set of records."""
+    from ecoguard.export.ledger import get_ledger, read_rows
+    from ecoguard.export.report import build_report
+
+    api: PrometheusAPI = stack["api"]
+    model = stack["model"]
+    ledger = get_ledger()
+    assert ledger is not None and ledger.flush(10.0)
+    path = stack["settings"].ledger_path
+    rows = [r for r in read_rows(path) if r["model_name"] == model]
+    ours = [r for r in stack["records"] if r.model_name == model]
+    assert len(rows) == len(ours) > 0
+    scraped = _scraped_totals(api)[model]
+    ledger_energy = sum(r["energy_j"] for r in rows)
+    ledger_tokens = sum(r["tokens"] for r in rows)
+    assert ledger_energy == pytest.approx(scraped[0], rel=1e-9)
+    assert ledger_tokens == scraped[1]
+    group = next(g for g in build_report(path, by="model")["groups"] if g["key"] == model)
+    assert group["energy_j"] == pytest.approx(ledger_energy, rel=1e-9)
+    assert group["tokens"] == ledger_tokens
+    assert group["joules_per_token"] == pytest.approx(ledger_energy / ledger_tokens)
