@@ -1,7 +1,7 @@
 """Fakes at the seams for the exporter tests: generation records, GPU states, a meter.
 
 The real records and meter come from ecoguard.energy; these stand-ins have the same public
-attributes (the contract in docs/helpers/CONTRACTS.md, section C) so the exporter can be tested
+attributes (the contract in docs/contracts.md, "Meter") so the exporter can be tested
 before and independently of the meter.
 """
 
