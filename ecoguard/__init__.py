@@ -31,7 +31,10 @@ _LAZY: dict[str, str] = {
     "estimate": "ecoguard.knowledge.estimator",
     "Estimate": "ecoguard.knowledge.estimator",
     "evaluate": "ecoguard.rules",
+    "explain": "ecoguard.rules",
+    "FindingEvent": "ecoguard.guard",
     "Batcher": "ecoguard.batching",
+    "batching_stats": "ecoguard.batching",
 }
 
 __all__ = [
