@@ -436,10 +436,6 @@ def _on_gpu(
     return None
 
 
-def _tier_rank(basis: _Basis) -> int:
-    return ("local", "measured", "reported", "derived").index(basis.tier)
-
-
 # --------------------------------------------------------------------------- public
 
 

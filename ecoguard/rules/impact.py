@@ -3,7 +3,8 @@
 The rules never compute energy themselves. They describe the fixed configuration and ask the
 knowledge estimator (``ecoguard.knowledge.estimator.estimate``) for both; the difference is the
 finding's :class:`~ecoguard.findings.Impact`. When the estimator is missing, raises, or has no
-basis for either side (tier ``none``), the impact is ``None`` and the rule still fires.
+basis for either side (tier ``none``), or both sides rest on the same rows with the same figure
+(nothing measured tells them apart), the impact is ``None`` and the rule still fires.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ def impact_between(
     before_j = before.energy_per_request_j
     after_j = after.energy_per_request_j
     if before_j is None or after_j is None or after_j <= 0:
+        return None, rows
+    if tuple(before.rows) == tuple(after.rows) and before_j == after_j:
+        # Both sides read off the same rows (bf16 is estimated from fp16 rows): the data says
+        # nothing about the difference, so a "+0 %" would be a made-up figure.
         return None, rows
     extra_pct = (before_j / after_j - 1.0) * 100.0
     extra_usd = extra_kwh = None

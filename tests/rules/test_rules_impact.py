@@ -111,3 +111,20 @@ def test_real_estimator_backs_int8_on_a800():
     assert finding.impact.tier in ("measured", "reported", "derived")
     assert finding.impact.extra_energy_pct > 0
     assert finding.evidence and all(isinstance(row, str) for row in finding.evidence)
+
+
+def test_no_impact_when_both_sides_rest_on_the_same_rows():
+    """bf16 on a T4 is estimated from the fp16 rows, exactly like its fp16 fix: no figure tells
+    them apart, so the finding must not claim "+0% energy, $0.00/month"."""
+    from ecoguard.knowledge import resolve_gpu, resolve_model
+
+    gpu, model = resolve_gpu("t4"), resolve_model("qwen2-7b")
+    deployment = Deployment(
+        model=ModelSpec(id=model.id, params_b=model.params_b),
+        gpu=GpuSpec(profile=gpu.key, architecture=gpu.architecture, vram_gb=gpu.vram_gb),
+        precision="bf16",
+        dtype="bf16",
+        batch_size=1,
+    )
+    (finding,) = evaluate(deployment, only=["bf16-unsupported"])
+    assert finding.impact is None
