@@ -503,6 +503,9 @@ def _choose_protocol(lower: str, facts: dict[str, object]) -> tuple[str, str]:
         return "estimate", "asks what it will cost"
     if facts.get("model") is not None:
         return "estimate", "names a model without a specific request; estimating it"
+    if precisions and facts.get("gpu") is not None:
+        # "FP8 on Blackwell?": a precision on a GPU, no model: every measured model on that GPU.
+        return "compare", "asks about a precision on a GPU without a model"
     raise UsageError(
         "I could not tell what you want to know. Name a model and a GPU and ask, e.g.: "
         '"greenest config for Qwen2.5-3B on RTX 5090", "compare all precisions Qwen2.5-7B on 5090", '

@@ -33,6 +33,15 @@ TIE_FRACTION = 0.05
 UNQUANTIZED = ("fp16", "bf16", "fp32")
 
 
+def use_for_batch_size(batch_size: int | None) -> str:
+    """The narrowest use whose batch sizes reach ``batch_size``: a deployment already running
+    BS 32 is a batch job, so its optimized column is not a BS-1 chat setup that costs more."""
+    for use, sizes in BATCH_SIZES_BY_USE.items():
+        if (batch_size or 1) <= max(sizes):
+            return use
+    return "batch"
+
+
 def _t(language: str, en: str, zh: str) -> str:
     return zh if language == "zh" else en
 
@@ -716,7 +725,7 @@ def estimate(
         try:
             optimized_result = optimize(
                 deployment,
-                use=deployment.use or "chat",
+                use=deployment.use or use_for_batch_size(deployment.batch_size),
                 settings=settings,
                 requests_per_month=requests,
                 language=language,

@@ -30,6 +30,7 @@ _LABELS = {
         "current": "current",
         "optimized": "optimized",
         "saving": "Saving",
+        "extra_cost": "Extra cost",
         "per_month": "per month",
         "equivalent": "That is about",
         "equivalent_optimize": "The recommended setup's monthly energy is about",
@@ -61,6 +62,7 @@ _LABELS = {
         "current": "当前",
         "optimized": "优化后",
         "saving": "节省",
+        "extra_cost": "额外花费",
         "per_month": "每月",
         "equivalent": "大约相当于",
         "equivalent_optimize": "推荐配置每月的能耗大约相当于",
@@ -492,6 +494,20 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
                 if answer.language == "en"
                 else "已经是数据支持的最省电配置。"
             )
+        elif saving_usd < 0 or (pct is not None and pct < 0):
+            # The recommendation uses more energy than the current setup (chat forces BS 1 on a
+            # setup that batches): say so instead of printing a negative saving.
+            amount = amount.replace("-", "")
+            more = (
+                (
+                    f" ({-pct:.1f}% more energy)"
+                    if answer.language == "en"
+                    else f"（能耗增加 {-pct:.1f}%）"
+                )
+                if pct is not None
+                else ""
+            )
+            out.append(f"{L['extra_cost']}: {amount} {L['per_month']}{more}.")
         else:
             less = (
                 (

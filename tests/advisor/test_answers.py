@@ -169,3 +169,13 @@ def test_package_names_stay_functions_after_submodules_load():
     for name in ecoguard.advisor.__all__:
         value = getattr(ecoguard.advisor, name)
         assert callable(value) and not isinstance(value, type(ecoguard)), name
+
+
+def test_estimate_optimized_column_keeps_the_batching_the_deployment_already_has() -> None:
+    # A BS-32 deployment with no stated use must not be "optimized" into a BS-1 chat setup
+    # that costs more than it does now.
+    answer = advise("Qwen2.5-7B on L4 with batch size 32, what does it cost?")
+    current = answer.result.current["energy_per_1k_tokens_j"]
+    optimized = answer.result.optimized["energy_per_1k_tokens_j"]
+    assert optimized <= current
+    assert answer.result.money["saving_usd"] >= 0

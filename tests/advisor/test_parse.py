@@ -289,3 +289,10 @@ def test_parser_is_linear_on_hostile_input(evil):
     except UsageError:
         pass
     assert time.perf_counter() - start < 0.5
+
+
+def test_precision_on_a_gpu_without_a_model_is_a_comparison() -> None:
+    # docs/advisor.md: "FP8 on Blackwell?" is answered across the measured models.
+    parsed = parse_question("FP8 on Blackwell?")
+    assert parsed.protocol == "compare"
+    assert parsed.precisions and parsed.gpu == "rtx5090"

@@ -169,3 +169,24 @@ def test_evidence_rows_show_the_change_vs_fp16_of_the_same_source():
     row = next(ln for ln in text.splitlines() if "int8_mixed/bs1/dyn-a800meta" in ln)
     # 9,608 J/1k against the same file's FP16 4,334 J/1k
     assert "+121.7%" in row
+
+
+def test_a_recommendation_that_costs_more_is_not_printed_as_a_negative_saving() -> None:
+    # optimize --use chat on a BS-32 setup recommends BS 1, which costs more: say so plainly.
+    from ecoguard.advisor import protocols
+    from ecoguard.advisor.answers import Answer, build_deployment
+
+    dep, defaults = build_deployment(
+        model="Qwen2.5-7B",
+        gpu="l4",
+        precision=None,
+        batch_size=32,
+        prompt_tokens=None,
+        generation_tokens=None,
+        use="chat",
+    )
+    result = protocols.optimize(dep, use="chat")
+    assert result.recommendation["saving_pct"] < 0
+    text = render(Answer(result=result, defaults=tuple(defaults)), fmt="text", plain=True)
+    assert "$-" not in text and "-1" not in text.split("Extra cost")[-1].split("\n")[0]
+    assert "Extra cost: $" in text and "% more energy" in text
