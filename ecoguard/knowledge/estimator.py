@@ -290,6 +290,25 @@ def _exact(gpu, model_key, params_b, precision, bs, gen, prompt) -> _Basis | Non
 MAX_SIZE_EXTRAPOLATION = 2.0
 
 
+def _why_no_basis(precision: str, params_b: float | None) -> str:
+    """Why no estimate: the precision is not in the data, or the size is too far outside it."""
+    from ecoguard.knowledge.tables import reference_rows
+
+    rows = [r for r in reference_rows() if r.precision == precision and r.params_b]
+    if not rows:
+        return f"the reference data has no {precision} rows"
+    low, high = min(r.params_b for r in rows), max(r.params_b for r in rows)
+    if (
+        params_b is not None
+        and not low / MAX_SIZE_EXTRAPOLATION <= params_b <= high * MAX_SIZE_EXTRAPOLATION
+    ):
+        return (
+            f"{params_b:g}B is more than {MAX_SIZE_EXTRAPOLATION:g}x outside the {low:g}-{high:g}B "
+            f"measured for {precision}; ecoguard does not extrapolate that far"
+        )
+    return f"no reference rows for {precision} on any GPU near this configuration"
+
+
 def _interpolate_size(gpu, params_b, precision, bs) -> _Basis | None:
     """J/token, power and throughput over ln(params) between measured sizes on this GPU."""
     if params_b is None:
@@ -519,9 +538,7 @@ def estimate(
         if basis is None:
             basis = _extrapolate(gpu, model_key, params_b, lookup_precision, bs, gen, prompt)
         if basis is None:
-            why_none = (
-                f"no reference rows for {lookup_precision} on any GPU near this configuration"
-            )
+            why_none = _why_no_basis(lookup_precision, params_b)
         elif precision == "bf16":
             basis.method = "bf16 taken as fp16 (same weight bytes and kernels); " + basis.method
             if basis.tier in ("measured", "reported", "local"):

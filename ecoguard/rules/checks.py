@@ -389,11 +389,20 @@ def check_vram_overflow(deployment: Deployment, ctx: RuleContext) -> Finding | N
             f"KV cache but only ~{usable_gb:.1f} GB of VRAM is usable, so layers spill to CPU "
             "(or the load fails) and every token pays for the transfer."
         ),
+        # A shorter context cannot help when the weights alone do not fit.
         fix=(
-            "model.generate(..., max_new_tokens=<smaller>)  # smaller batch/context, "
+            "BitsAndBytesConfig(load_in_4bit=True)  # 4-bit weights, "
+            'or device_map="auto" across more GPUs, or a GPU with more memory'
+            if weights_gb > usable_gb
+            else "model.generate(..., max_new_tokens=<smaller>)  # smaller batch/context, "
             'or device_map="auto" across more GPUs'
         ),
-        fix_summary="shrink batch or context, or spread the model over more GPU memory",
+        fix_summary=(
+            "the weights alone exceed the usable VRAM: quantize them (4/8-bit), or spread the "
+            "model over more GPU memory"
+            if weights_gb > usable_gb
+            else "shrink batch or context, or spread the model over more GPU memory"
+        ),
         impact=None,
         changes_outputs=False,
         details=(

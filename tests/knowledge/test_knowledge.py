@@ -353,3 +353,24 @@ def test_size_extrapolation_is_bounded_to_twice_the_measured_range():
     )
     assert near.tier == "derived" and "extrapolation" in near.method
     assert near.energy_per_1k_tokens_j > 7544.6  # above the measured 14 B row
+
+
+@pytest.mark.parametrize(
+    ("params_b", "precision", "says"),
+    [
+        (70.0, "fp16", "more than 2x outside the 0.5-14B measured for fp16"),
+        (7.0, "fp32", "the reference data has no fp32 rows"),
+    ],
+)
+def test_no_estimate_says_why(params_b, precision, says):
+    from ecoguard.knowledge.estimator import estimate
+
+    result = estimate(
+        Deployment(
+            model=ModelSpec(params_b=params_b),
+            gpu=GpuSpec(profile="tesla_t4"),
+            precision=precision,
+            batch_size=1,
+        )
+    )
+    assert result.tier == "none" and says in result.method

@@ -417,3 +417,29 @@ def test_small_model_quant_names_the_architecture_when_no_crossover_is_known():
     assert findings, "a 0.5B NF4 model is below the published ~3B bound"
     assert "no crossover is fitted or reported for volta" in findings[0].message
     assert "no GPU architecture is known" not in findings[0].message
+
+
+def test_vram_overflow_fix_matches_what_overflows():
+    from ecoguard.rules import evaluate
+
+    t4 = GpuSpec(profile="tesla_t4", architecture="turing", vram_gb=16.0)
+    weights_too_big = Deployment(
+        model=ModelSpec(params_b=70.0, layers=80, hidden_size=8192, kv_heads=8, head_dim=128),
+        gpu=t4,
+        precision="fp16",
+        batch_size=1,
+        prompt_tokens=128,
+        generation_tokens=128,
+    )
+    (finding,) = evaluate(weights_too_big, only=["vram-overflow"])
+    assert "load_in_4bit" in finding.fix and "max_new_tokens" not in finding.fix
+    cache_too_big = Deployment(
+        model=ModelSpec(params_b=7.0, layers=32, hidden_size=4096, kv_heads=32, head_dim=128),
+        gpu=t4,
+        precision="nf4",
+        batch_size=64,
+        prompt_tokens=4096,
+        generation_tokens=4096,
+    )
+    (finding,) = evaluate(cache_too_big, only=["vram-overflow"])
+    assert "max_new_tokens" in finding.fix
