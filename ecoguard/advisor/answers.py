@@ -159,6 +159,16 @@ def build_deployment(
                 "写明输出长度，例如“输出 128”，或用 --generation-tokens",
             )
         )
+    if use is None:
+        use = protocols.use_for_batch_size(batch_size)
+        defaults.append(
+            Default(
+                "use",
+                use,
+                "say 'for chat', 'for an API' or 'a batch job', or --use chat|api|batch",
+                "写明用途，例如“聊天”“API 服务”或“批处理”，或用 --use chat|api|batch",
+            )
+        )
     dep = Deployment(
         model=model_spec,
         gpu=gpu_spec,

@@ -179,3 +179,11 @@ def test_estimate_optimized_column_keeps_the_batching_the_deployment_already_has
     optimized = answer.result.optimized["energy_per_1k_tokens_j"]
     assert optimized <= current
     assert answer.result.money["saving_usd"] >= 0
+
+
+def test_the_use_is_a_stated_default_when_the_question_gives_none():
+    answer = advise("What is the greenest config for Qwen2.5-3B on an RTX 5090?")
+    defaults = {d["field"]: d["value"] for d in answer.to_dict()["defaults"]}
+    assert defaults["use"] == "chat"
+    stated = advise("Greenest config for Qwen2.5-3B on an RTX 5090 for a batch job")
+    assert "use" not in {d["field"] for d in stated.to_dict()["defaults"]}
