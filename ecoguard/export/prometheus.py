@@ -31,6 +31,7 @@ from __future__ import annotations
 import http.server
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -1012,11 +1013,38 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry) -> None:
         self.registry = registry
+        # Open client connections, so stop() can close kept-alive ones: Prometheus reuses its
+        # connection, and a handler thread would otherwise go on answering it after shutdown().
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
         if ":" in address[0]:
-            import socket
-
             self.address_family = socket.AF_INET6
         super().__init__(address, _MetricsHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints a traceback to stderr; a scraper dropping its connection (or
+        # stop() cutting it) is no news for the application's console.
+        _log.debug("metrics connection from %s failed", client_address, exc_info=True)
+
+    def close_connections(self) -> None:
+        """Cut every open client connection; its handler thread then sees EOF and ends."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the client
 
 
 class MetricsServer:
@@ -1058,6 +1086,7 @@ class MetricsServer:
         self._stopped = True
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._httpd.close_connections()
         self._thread.join(timeout=5)
 
     def __repr__(self) -> str:

@@ -425,3 +425,25 @@ def test_render_text_is_byte_equal_to_prometheus_client():
     ).labels("z", "a").inc()
     Histogram("plain_latency_seconds", "h", registry=registry).observe(0.3)
     assert prom.render_text(registry) == generate_latest(registry)
+
+
+def test_stop_closes_kept_alive_connections():
+    """Prometheus keeps its scrape connection open; a stopped server must not go on answering
+    on it (with a 15 s scrape interval under the 30 s idle timeout it would, forever)."""
+    server = prom.start_metrics_server(
+        Settings(metrics_port=0), meter=False, aggregates=prom.GenerationAggregates()
+    )
+    assert server is not None
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        response.read()
+        assert response.status == 200 and not response.will_close
+        prom.stop_metrics_server()
+        assert not server.running
+        with pytest.raises((OSError, http.client.HTTPException)):
+            conn.request("GET", "/metrics")
+            conn.getresponse().read()
+    finally:
+        conn.close()
