@@ -11,7 +11,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from ecoguard.audit.index import UNKNOWN, ModuleIndex
+from ecoguard.audit.index import UNKNOWN, ModuleIndex, walk_scope
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
 from ecoguard.findings import Mood
 
@@ -248,12 +248,40 @@ class Extractor:
 
     def _standalone_config(self, call: ast.Call) -> None:
         """A config built but not passed to a load in this module (a shared config module):
-        judged on its own, without the model it will meet."""
+        judged on its own, without the model it will meet. One whose name is assigned again
+        before anything reads it is dead code and never reaches a model: skipped."""
+        if self._overwritten_unread(call):
+            return
         facts = self._quant_facts(call)
         if facts is None or (facts.quant.method is None and not facts.unknown):
             return
         deployment = Deployment(gpu=self.gpu, precision=facts.precision, quant=facts.quant)
         self.out.sites.append(Site("config", call, deployment, facts.node, unknown=facts.unknown))
+
+    def _overwritten_unread(self, call: ast.Call) -> bool:
+        """``name = Config(...)`` followed, in the same scope, by another assignment to ``name``
+        with no read of ``name`` in between (a read on the reassigning line counts)."""
+        statement = self.index.parent.get(call)
+        if not (
+            isinstance(statement, ast.Assign)
+            and statement.value is call
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            return False
+        name = statement.targets[0].id
+        scope = self.index.scope_of(statement)
+        later = [line for line, _ in self.index.assigns[(scope, name)] if line > statement.lineno]
+        if not later:
+            return False
+        next_line = min(later)
+        return not any(
+            isinstance(node, ast.Name)
+            and node.id == name
+            and isinstance(node.ctx, ast.Load)
+            and statement.lineno < node.lineno <= next_line
+            for node in walk_scope(scope)
+        )
 
     # -- quantization configs ---------------------------------------------------------------
 

@@ -13,6 +13,8 @@ EXPECTED: dict[str, list[tuple]] = {
     "comments_and_strings.py": [],  # the words only appear in comments, docstrings, strings
     "config_built_in_helper.py": [("int8-mixed", 6)],  # the fix goes where the helper builds it
     "config_helper_pure_int8.py": [],  # helper + module constant 0.0
+    # the first config is dead (reassigned unread); the aliased one is live
+    "config_overwritten_before_use.py": [("int8-mixed", 9)],
     "dataloader_default_batch.py": [("batch-size-one", 9)],  # DataLoader defaults to 1; 32 is fine
     "dict_config.py": [("int8-mixed", 5)],
     "fp8_compiled.py": [],  # torch.compile in the module
