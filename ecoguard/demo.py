@@ -622,9 +622,10 @@ def _say_phase_comparison(out: _Progress, phases: dict[str, Any], gpu: dict[str,
     if not one["joules_per_token"] or not many["joules_per_token"]:
         return
     ratio = one["joules_per_token"] / many["joules_per_token"]
+    compared = f"{ratio:.1f}x less" if ratio >= 1 else f"{1 / ratio:.1f}x more"
     out.say(
         f"  measured here: {one['joules_per_token']:.3g} J/token one by one, "
-        f"{many['joules_per_token']:.3g} J/token batched ({ratio:.1f}x less) "
+        f"{many['joules_per_token']:.3g} J/token batched ({compared}) "
         f"[{gpu['tier']}]"
     )
 
@@ -950,7 +951,7 @@ def _print_report(out: _Progress, summary: dict[str, Any], settings: Any) -> Non
             f"  J/token : measured {_num(ref['joules_per_token'])} [{label}]; no reference "
             f"figure covers this model on {summary['gpu']['name']}"
         )
-    if simulated:
+    if simulated and ref["reference_j_per_token"] is not None:
         out.say(
             "            (simulated: a GPU's power applied over CPU time, so the gap says how much "
             "slower this CPU is, not how good a GPU would be)"
@@ -973,7 +974,12 @@ def _print_report(out: _Progress, summary: dict[str, Any], settings: Any) -> Non
         f"${_num(savings['price_usd_per_kwh'], 'g')}/kWh, {_num(savings['gco2_per_kwh'], 'g')} gCO2/kWh):"
     )
     for item in savings["items"]:
-        status = "applied" if item["applied"] else "not applied"
+        # batch-size-one is "applied" by the demo's own batched phase, not by the guard
+        status = (
+            ("applied by the batched phase" if item["rule"] == "batch-size-one" else "applied")
+            if item["applied"]
+            else "not applied"
+        )
         out.say(
             f"    {item['rule']:<15} {item['change']:<30} {_num(item['energy_saved_pct'], '.0f', '%')} "
             f"energy, {_money(item['cost_usd'])}/month, {_num(item['co2_kg'], '.3g', ' kg')} CO2/month "
