@@ -1132,6 +1132,20 @@ def start_metrics_server(
     A port already in use (or any other bind failure) is logged as an error naming the address
     and the way out, and returns None: metrics are an extra, never a reason for the app to stop.
     """
+    # One starter at a time: two concurrent callers must not both bind a server (one leaking).
+    with _start_lock:
+        return _start_metrics_server(settings, meter, registry, aggregates)
+
+
+_start_lock = threading.Lock()
+
+
+def _start_metrics_server(
+    settings: Settings,
+    meter: MeterSource,
+    registry: CollectorRegistry | None,
+    aggregates: GenerationAggregates | None,
+) -> MetricsServer | None:
     global _server
     port = DEFAULT_PORT if settings.metrics_port is None else settings.metrics_port
     addr = settings.metrics_addr or "127.0.0.1"

@@ -447,3 +447,27 @@ def test_stop_closes_kept_alive_connections():
             conn.getresponse().read()
     finally:
         conn.close()
+
+
+def test_concurrent_starts_share_one_server():
+    settings = Settings(metrics_port=0)
+    barrier = threading.Barrier(8)
+    servers = []
+    lock = threading.Lock()
+
+    def start():
+        barrier.wait()
+        server = prom.start_metrics_server(settings)
+        with lock:
+            servers.append(server)
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    try:
+        assert len(servers) == 8 and len({id(s) for s in servers}) == 1
+        assert servers[0].running
+    finally:
+        prom.stop_metrics_server()
