@@ -380,7 +380,8 @@ class GpuTrack:
         return energy / lag_s
 
     def calibrate(self, *, sleep: Callable[[float], None] = time.sleep) -> bool:
-        """Learn the counter's update period and phase (sampler thread only; ~0.8 s at most).
+        """Learn the counter's update period and phase (sampler thread only; ~1-1.5 s, at most
+        0.6 s of rough polling plus twelve update periods).
 
         Two stages: poll every ~0.5 ms until a few changes are seen (rough fit, +-0.3 ms), then
         spin-poll without sleeping in a 6 ms slot around each of the next few predicted updates to

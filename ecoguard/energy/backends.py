@@ -237,11 +237,15 @@ class NvmlBackend:
                     "nvmlDeviceGetFieldValues", handle, [_NVML_FI_DEV_POWER_INSTANT]
                 )
                 field = values[0]
-                if int(field.nvmlReturn) == 0:
+                code = int(field.nvmlReturn)
+                if code == 0:
                     return _field_number(field) / 1000.0
-                if int(field.nvmlReturn) in _LOST_CODES:
+                if code in _LOST_CODES:
                     raise DeviceLostError(f"GPU {index} lost (field 186)")
-                self._no_instant.add(index)
+                if code in _UNSUPPORTED_CODES:
+                    self._no_instant.add(index)
+                # Any other code is a failure of this one read: fall back for it alone, not for
+                # the rest of the process.
             except NotSupportedError:
                 self._no_instant.add(index)
         # Last resort: the driver's (often 1 s averaged) power reading.
@@ -311,21 +315,14 @@ def _optional(read: Callable[[], Any]) -> Any:
         return None
 
 
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds the value.
+_FIELD_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
 def _field_number(field: Any) -> float:
-    # nvmlValueType_t: 0 double, 1 uint, 2 ulong, 3 ulonglong, 4 slonglong, 5 sint, 6 ushort.
     kind = int(field.valueType)
-    value = field.value
-    return float(
-        {
-            0: value.dVal,
-            1: value.uiVal,
-            2: value.ulVal,
-            3: value.ullVal,
-            4: value.sllVal,
-            5: value.siVal,
-            6: value.usVal,
-        }.get(kind, value.uiVal)
-    )
+    member = _FIELD_VALUE_MEMBERS[kind] if 0 <= kind < len(_FIELD_VALUE_MEMBERS) else "uiVal"
+    return float(getattr(field.value, member))
 
 
 class SimulatedBackend:

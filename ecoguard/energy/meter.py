@@ -120,6 +120,8 @@ class CallWindow:
     start_wall: float
     closed: bool = False
     started_on: tuple[int, ...] = field(default_factory=tuple)
+    # False when a GPU could not be read at the call's start: its energy is then a lower bound.
+    complete: bool = True
 
 
 # Measurement collectors of the current context (see ecoguard.energy.measure).
@@ -230,7 +232,9 @@ class Meter:
         for index in chosen:
             reading = self.tracks[index].open(window.key)
             started.append(index)
-            if first is None and reading is not None:
+            if reading is None:
+                window.complete = False
+            elif first is None:
                 first = reading
         window.started_on = tuple(started)
         if first is not None:
@@ -255,7 +259,7 @@ class Meter:
         window.closed = True
         energy_j = 0.0
         end_t: float | None = None
-        complete = True
+        complete = window.complete
         for index in window.started_on:
             track = self.tracks[index]
             share, reading = track.close(window.key)

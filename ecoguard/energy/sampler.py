@@ -19,6 +19,10 @@ from ecoguard.energy.attribution import GpuTrack
 from ecoguard.faults import record_fault
 
 THREAD_NAME = "ecoguard-sampler"
+# After a calibration that found no fit, wait this long before the next try: each try polls the
+# driver for up to a second or more, and an irregular counter would otherwise be recalibrated on
+# every sample, forever.
+CALIBRATION_RETRY_S = 10.0
 
 
 class Sampler:
@@ -52,6 +56,7 @@ class Sampler:
         self.sample_cpu_s = 0.0  # CPU seconds spent in sample_once alone (no calibrations)
         self._cpu_at_ready = 0.0
         self._wall_at_ready: float | None = None
+        self._calibration_retry_at: dict[int, float] = {}  # track index -> monotonic s
 
     def cpu_fraction(self) -> float | None:
         """Share of one core the sampler thread used since it became ready (0.001 = 0.1%)."""
@@ -101,29 +106,41 @@ class Sampler:
             self.ready.set()
 
     def calibrate_all(self) -> None:
-        """Calibrate every quantised counter once (at most ~0.45 s per GPU)."""
+        """Calibrate every quantised counter once (about 1-1.5 s per GPU: up to 0.6 s of rough
+        polling, then six to twelve update periods of refinement)."""
         for track in self.tracks:
             if self._stop.is_set():
                 return
             try:
                 track.read()  # establishes whether the GPU has a counter at all
-                if track.has_counter:
-                    track.calibrate()
             except Exception as exc:
                 track.mark_failed(exc)
                 self.faults += 1
+                continue
+            if track.has_counter:
+                self._calibrate_track(track)
 
     def _maybe_recalibrate(self) -> None:
         now = self._clock()
         for track in self.tracks:
             if track.stale or not track.has_counter or not track.backend.counter_quantised:
                 continue
+            if now < self._calibration_retry_at.get(track.index, 0.0):
+                continue
             if track.needs_calibration or now >= track.phase.next_calibration_due():
-                try:
-                    track.calibrate()
-                except Exception as exc:
-                    track.mark_failed(exc)
-                    self.faults += 1
+                self._calibrate_track(track)
+
+    def _calibrate_track(self, track: GpuTrack) -> None:
+        try:
+            fitted = track.calibrate()
+        except Exception as exc:
+            track.mark_failed(exc)
+            self.faults += 1
+            fitted = False
+        if fitted or not track.backend.counter_quantised:
+            self._calibration_retry_at.pop(track.index, None)
+        else:
+            self._calibration_retry_at[track.index] = self._clock() + CALIBRATION_RETRY_S
 
     def sample_once(self) -> int:
         """Read every GPU that is not waiting out a backoff; returns how many reads succeeded."""

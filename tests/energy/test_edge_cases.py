@@ -1,0 +1,124 @@
+"""Edge cases of the meter's bookkeeping: stale GPUs at a call's start, failing calibrations."""
+
+from __future__ import annotations
+
+from ecoguard.config import Settings
+from ecoguard.energy import CallInfo, Meter
+from ecoguard.energy.backends import DeviceInfo
+from ecoguard.errors import DeviceLostError
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class Backend:
+    """A linear counter (100 W) whose reads fail on demand; ``quantised`` on request."""
+
+    name, tier = "test", "live"
+
+    def __init__(self, clock, *, quantised: bool = False) -> None:
+        self.clock = clock
+        self.counter_quantised = quantised
+        self.fail: BaseException | None = None
+
+    def device_count(self):
+        return 1
+
+    def device_info(self, index):
+        return DeviceInfo(index=0, name="Test GPU", uuid="GPU-test", power_limit_w=400.0)
+
+    def energy_j(self, index):
+        if self.fail is not None:
+            raise self.fail
+        return self.clock() * 100.0
+
+    def power_w(self, index):
+        return 100.0
+
+    def close(self):
+        pass
+
+
+def _meter(backend, clock):
+    return Meter(Settings(ledger_path=None), backend=backend, clock=clock, calibrate=False)
+
+
+def test_call_opened_while_its_gpu_was_unreadable_is_incomplete():
+    clock = FakeClock()
+    backend = Backend(clock)
+    meter = _meter(backend, clock)
+    meter.sampler.sample_once()
+    backend.fail = DeviceLostError("gone")
+    meter.sampler.sample_once()  # the GPU is stale, backing off for 0.5 s
+    window = meter.begin(devices=(0,), info=CallInfo())  # no reading at the call's start
+    backend.fail = None
+    clock.advance(1.0)  # backoff over: the end reads fine
+    record = meter.end(window, tokens=10, requests=1)
+    # The call's start was never read, so its energy (0 J here) is a lower bound, not a figure.
+    assert record is not None and record.energy_j == 0.0
+    assert record.complete is False
+
+
+def test_failed_calibration_is_not_retried_on_every_sample():
+    clock = FakeClock()
+    meter = Meter(Settings(ledger_path=None), backend=Backend(clock, quantised=True), clock=clock)
+    track = meter.tracks[0]
+    attempts = []
+
+    def failing_calibrate(**_):
+        attempts.append(clock())
+        track.needs_calibration = False
+        return False  # e.g. an irregular counter whose updates fit no grid
+
+    track.calibrate = failing_calibrate
+    meter.sampler.sample_once()
+    for _ in range(20):  # 2 s of 10 Hz samples
+        meter.sampler._maybe_recalibrate()
+        clock.advance(0.1)
+    assert len(attempts) == 1  # each attempt polls the driver for up to a second
+    clock.advance(60.0)
+    meter.sampler._maybe_recalibrate()
+    assert len(attempts) == 2  # but it is retried later
+
+
+class _Field:
+    def __init__(self, code: int, milliwatts: int = 0) -> None:
+        self.nvmlReturn = code
+        self.valueType = 1  # unsigned int
+        self.value = type("V", (), {"uiVal": milliwatts})()
+
+
+class FieldNvml:
+    """Just enough of pynvml for NvmlBackend.power_w: field 186 answers ``code`` on demand."""
+
+    def __init__(self) -> None:
+        self.code = 0
+
+    def nvmlDeviceGetFieldValues(self, handle, fields):
+        return [_Field(self.code, 250_000)]
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 200_000  # 1 s averaged mW
+
+
+def test_transient_field_error_does_not_drop_instant_power_for_good():
+    from ecoguard.energy.backends import NvmlBackend
+
+    nvml = FieldNvml()
+    backend = NvmlBackend(nvml, handles=[object()], physical=[0])
+    assert backend.power_w(0) == 250.0 and backend.power_method(0) == "instant_power"
+    nvml.code = 999  # NVML_ERROR_UNKNOWN for this one read: the averaged reading stands in
+    assert backend.power_w(0) == 200.0
+    nvml.code = 0
+    assert backend.power_w(0) == 250.0  # still field 186, not the 1 s average
+    assert backend.power_method(0) == "instant_power"
+    nvml.code = 3  # NOT_SUPPORTED: this GPU has no instant power, fall back for good
+    assert backend.power_w(0) == 200.0 and backend.power_method(0) == "power_usage"
