@@ -353,6 +353,15 @@ class Meter:
             deployment = deployment.with_(
                 gpu=GpuSpec(profile=profile, name=gpu_name, count=max(1, len(tracks)))
             )
+        # The reference is a per-configuration figure; an exact prompt length per call would
+        # make every call a cache miss and run the estimator on the user's thread. Round it up
+        # to a power of two (the estimator matches rows by length, not token by token).
+        if deployment.prompt_tokens:
+            deployment = deployment.with_(
+                prompt_tokens=_length_bucket(deployment.prompt_tokens),
+                consecutive_bs1_calls=None,
+                interactive=None,
+            )
         key: Any = deployment
         try:
             hash(key)
@@ -491,3 +500,8 @@ def stop_meter() -> None:
             stop_ledger()  # writes what is queued first
         except Exception as exc:
             record_fault("meter.stop_ledger", exc)
+
+
+def _length_bucket(tokens: int) -> int:
+    """``tokens`` rounded up to a power of two (at least 16): few cache keys, same rows."""
+    return max(16, 1 << (max(1, int(tokens)) - 1).bit_length())

@@ -256,3 +256,37 @@ def test_absurd_counter_jump_is_bridged_by_power():
     record = meter.end(window, tokens=1, requests=1)
     assert record.energy_j == pytest.approx(30.0)  # 0.1 s at 300 W, from power
     assert fault_counts()["meter.counter_jump"] == 1
+
+
+def test_reference_lookup_is_cached_across_prompt_lengths(monkeypatch):
+    """The reference is per configuration: calls whose prompts differ by a few tokens must not
+    each run the estimator on the caller's thread."""
+    from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
+    from ecoguard.knowledge import estimator
+
+    calls = []
+    real = estimator.estimate
+
+    def counting(deployment, **kwargs):
+        calls.append(deployment.prompt_tokens)
+        return real(deployment, **kwargs)
+
+    monkeypatch.setattr(estimator, "estimate", counting)
+    clock = FakeClock()
+    meter = _meter(_simulated(clock), clock)
+    meter.sampler.sample_once()
+    for prompt in range(100, 150):
+        deployment = Deployment(
+            model=ModelSpec(id="mistral-7b", params_b=7.24),
+            gpu=GpuSpec(profile="a800"),
+            precision="fp16",
+            batch_size=1,
+            prompt_tokens=prompt,
+            generation_tokens=256,
+        )
+        info = CallInfo(model_name="m", precision="fp16", batch_size=1, deployment=deployment)
+        window = meter.begin(devices=None, info=info)
+        clock.advance(0.1)
+        record = meter.end(window, tokens=10, requests=1)
+        assert record.reference_j_per_token is not None
+    assert sorted(set(calls)) == [128, 256] and len(calls) == 2
