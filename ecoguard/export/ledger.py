@@ -260,12 +260,18 @@ class Ledger:
             return
         self._stop.set()
         thread.join(timeout)
-        if self._conn is not None:
+        # A writer still draining a backlog closes the database itself when it is done;
+        # closing it under the writer would turn its next batch into a false "disabled" warning.
+        if not thread.is_alive():
+            self._close()
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
             try:
-                self._conn.close()
+                conn.close()
             except Exception as exc:
                 record_fault("ledger.close", exc)
-            self._conn = None
 
     # ----------------------------------------------------------------- writing
 
@@ -298,6 +304,7 @@ class Ledger:
                 first = self._queue.get(timeout=0.2)
             except queue.Empty:
                 if self._stop.is_set():
+                    self._close()
                     return
                 continue
             batch = [first]

@@ -307,3 +307,20 @@ def test_failed_migration_step_rolls_back(tmp_path, monkeypatch):
     monkeypatch.setitem(ledger_mod.MIGRATIONS, SCHEMA_VERSION, tuple(steps))
     ledger_mod.connect(path).close()
     assert [r["extra"] for r in read_rows(path)] == [100.0] * 3
+
+
+def test_stop_with_a_backlog_lets_the_writer_finish_and_close(tmp_path, recwarn):
+    """stop() timing out while the writer drains must not close the database under it (which
+    would degrade the ledger with a false warning); the writer finishes and closes it."""
+    path = tmp_path / "l.sqlite"
+    ledger = Ledger(path, batch_size=1).start(subscribe=False)
+    for i in range(3000):
+        ledger.submit(make_record(i))
+    ledger.stop(timeout=0.001)
+    deadline = time.monotonic() + 60
+    while ledger._conn is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ledger._conn is None, "the writer never closed the database"
+    assert ledger.degraded is None
+    assert not [w for w in recwarn if issubclass(w.category, LedgerWarning)]
+    assert len(read_rows(path)) == 3000
