@@ -189,70 +189,25 @@ def _advisor_answer(
     price_usd_per_kwh: float | None = None,
     cny_per_usd: float | None = None,
 ) -> dict[str, Any]:
-    """The same Answer ``ecoguard optimize|compare|diagnose --json`` prints: the protocol's
-    result plus the defaults used for missing facts and the published-vs-measured notes."""
-    from ecoguard.advisor import protocols
-    from ecoguard.advisor.answers import Answer, build_deployment, honesty_notes
-    from ecoguard.deployment import normalize_precision
+    """The same Answer ``ecoguard optimize|compare|estimate|diagnose --json`` prints: the
+    protocol's result plus the defaults used for missing facts and the published-vs-measured
+    notes (one function, ``answer_for_flags``, serves both)."""
+    from ecoguard.advisor.answers import answer_for_flags
 
-    canonical = normalize_precision(precision) if precision is not None else None
-    dep, defaults = build_deployment(
+    answer = answer_for_flags(
+        protocol,
         model=model,
         gpu=gpu,
-        precision=canonical,
+        precision=precision,
         batch_size=batch_size,
         prompt_tokens=prompt_tokens,
         generation_tokens=generation_tokens,
+        requests_per_month=requests_per_month,
         use=use,
-        # compare lists every precision and diagnose infers one: neither is given a default.
-        fill_precision=protocol in ("optimize", "estimate"),
-    )
-    settings = _settings_for(base_settings, region, price_usd_per_kwh)
-    if protocol == "optimize":
-        result = protocols.optimize(
-            dep,
-            use=use,
-            settings=settings,
-            requests_per_month=requests_per_month,
-            language=language,
-        )
-    elif protocol == "compare":
-        result = protocols.compare(
-            dep, settings=settings, requests_per_month=requests_per_month, language=language
-        )
-    elif protocol == "estimate":
-        result = protocols.estimate(
-            dep,
-            settings=settings,
-            requests_per_month=requests_per_month,
-            language=language,
-            currency="CNY" if cny_per_usd else "USD",
-            cny_per_usd=cny_per_usd,
-        )
-    else:
-        observed = observed or {}
-        result = protocols.diagnose(
-            dep,
-            observed_throughput_tok_s=observed.get("throughput_tok_s"),
-            observed_power_w=observed.get("power_w"),
-            observed_energy_j_per_1k=observed.get("energy_j_per_1k"),
-            settings=settings,
-            requests_per_month=requests_per_month,
-            language=language,
-        )
-    in_play = tuple(
-        p
-        for p in (
-            result.deployment.precision if result.deployment else None,
-            (result.recommendation or {}).get("precision"),
-        )
-        if p
-    )
-    answer = Answer(
-        result=result,
-        defaults=tuple(defaults),
-        honesty=tuple(honesty_notes(result.deployment or dep, in_play)),
-        settings_used={"region": settings.region, "price_usd_per_kwh": settings.price_usd_per_kwh},
+        language=language,
+        settings=_settings_for(base_settings, region, price_usd_per_kwh),
+        observed=observed,
+        cny_per_usd=cny_per_usd,
     )
     return json_ready(answer.to_dict())
 

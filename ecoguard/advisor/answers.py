@@ -58,15 +58,20 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         body = self.result.to_dict()
         body["defaults"] = [d.to_dict() for d in self.defaults]
-        body["honesty"] = [dict(h) for h in self.honesty]
+        # The Chinese wording (``*_zh`` keys) is for rendering; the JSON keeps one wording.
+        body["honesty"] = [_without_zh(h) for h in self.honesty]
         body["settings"] = dict(self.settings_used)
         if self.extra_conversions:
-            body["conversions"] = [dict(c) for c in self.extra_conversions]
+            body["conversions"] = [_without_zh(c) for c in self.extra_conversions]
         out: dict[str, Any] = {"protocol": self.result.protocol}
         if self.parsed is not None:
             out["parsed"] = self.parsed.to_dict()
         out.update(body)
         return out
+
+
+def _without_zh(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in item.items() if not k.endswith("_zh")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,11 +255,13 @@ def honesty_notes(dep: Deployment, precisions: tuple[str, ...]) -> list[dict[str
                 notes.append(
                     {
                         "topic": f"{precision} crossover on {arch}",
+                        "topic_zh": f"{precision} 在 {arch} 上的交叉点",
                         "measured": cross.fitted_b,
                         "measured_tier": cross.fitted_tier,
                         "published": cross.reported_b,
                         "published_tier": cross.reported_tier,
                         "unit": "B params",
+                        "unit_zh": "十亿参数",
                         "method": cross.method,
                         "sources": list(cross.sources),
                     }
@@ -278,11 +285,13 @@ def honesty_notes(dep: Deployment, precisions: tuple[str, ...]) -> list[dict[str
                     notes.append(
                         {
                             "topic": f"{precision} vs FP16 on {dep.gpu.profile}",
+                            "topic_zh": f"{dep.gpu.profile} 上 {precision} 相对 FP16",
                             "measured": [round(m_lo, 1), round(m_hi, 1)],
                             "measured_tier": "measured",
                             "published": [round(r_lo, 1), round(r_hi, 1)],
                             "published_tier": "reported",
                             "unit": "% energy vs FP16",
+                            "unit_zh": "能耗变化 %",
                             "sources": sorted({r.source for r in rows}),
                         }
                     )
@@ -292,11 +301,14 @@ def honesty_notes(dep: Deployment, precisions: tuple[str, ...]) -> list[dict[str
                 notes.append(
                     {
                         "topic": f"pure INT8 on {dep.gpu.profile}",
+                        "topic_zh": f"{dep.gpu.profile} 上的纯 INT8",
                         "measured": [round(min(measured), 1), round(max(measured), 1)],
                         "measured_tier": "measured",
                         "published": "described upstream as an energy saving vs FP16",
+                        "published_zh": "上游资料称其比 FP16 省电",
                         "published_tier": "reported",
                         "unit": "% energy vs FP16",
+                        "unit_zh": "相对 FP16 的能耗变化 %",
                         "sources": sorted({r.source for r in rows if r.tier == "measured"}),
                     }
                 )
@@ -453,6 +465,89 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
     )
 
 
+def answer_for_flags(
+    protocol: str,
+    *,
+    model: str | None,
+    gpu: str | None = None,
+    precision: str | None = None,
+    batch_size: int | None = None,
+    prompt_tokens: int | None = None,
+    generation_tokens: int | None = None,
+    requests_per_month: int | None = None,
+    use: str | None = None,
+    language: str = "en",
+    settings: Settings | None = None,
+    observed: dict[str, float | None] | None = None,
+    cny_per_usd: float | None = None,
+) -> Answer:
+    """The answer for explicit facts (CLI flags, MCP tool arguments): ``optimize``,
+    ``compare``, ``estimate`` or ``diagnose``. Both front doors call this, so
+    ``ecoguard optimize --json`` and the MCP ``optimize`` tool return the same thing."""
+    from ecoguard.deployment import normalize_precision
+
+    if protocol not in ("optimize", "compare", "estimate", "diagnose"):
+        raise UsageError(f"unknown protocol {protocol!r}")
+    settings = settings or Settings()
+    dep, defaults = build_deployment(
+        model=model,
+        gpu=gpu,
+        precision=normalize_precision(precision) if precision is not None else None,
+        batch_size=batch_size,
+        prompt_tokens=prompt_tokens,
+        generation_tokens=generation_tokens,
+        use=use,
+        # compare lists every precision and diagnose infers one: neither is given a default.
+        fill_precision=protocol in ("optimize", "estimate"),
+    )
+    if protocol == "optimize":
+        result = protocols.optimize(
+            dep,
+            use=use,
+            settings=settings,
+            requests_per_month=requests_per_month,
+            language=language,
+        )
+    elif protocol == "compare":
+        result = protocols.compare(
+            dep, settings=settings, requests_per_month=requests_per_month, language=language
+        )
+    elif protocol == "estimate":
+        result = protocols.estimate(
+            dep,
+            settings=settings,
+            requests_per_month=requests_per_month,
+            language=language,
+            currency="CNY" if cny_per_usd else "USD",
+            cny_per_usd=cny_per_usd,
+        )
+    else:
+        observed = observed or {}
+        result = protocols.diagnose(
+            dep,
+            observed_throughput_tok_s=observed.get("throughput_tok_s"),
+            observed_power_w=observed.get("power_w"),
+            observed_energy_j_per_1k=observed.get("energy_j_per_1k"),
+            settings=settings,
+            requests_per_month=requests_per_month,
+            language=language,
+        )
+    in_play = tuple(
+        p
+        for p in (
+            result.deployment.precision if result.deployment else None,
+            (result.recommendation or {}).get("precision"),
+        )
+        if p
+    )
+    return Answer(
+        result=result,
+        defaults=tuple(defaults),
+        honesty=tuple(honesty_notes(result.deployment or dep, in_play)),
+        settings_used={"region": settings.region, "price_usd_per_kwh": settings.price_usd_per_kwh},
+    )
+
+
 def _requests(
     parsed: ParsedQuestion, dep: Deployment, settings: Settings
 ) -> tuple[int | None, list[dict[str, Any]]]:
@@ -468,8 +563,10 @@ def _requests(
             {
                 "field": "requests",
                 "source": f"{parsed.total_tokens:,} tokens",
+                "source_zh": f"{parsed.total_tokens:,} 个 token",
                 "value": requests,
                 "rule": f"/ {gen} generated tokens per request (one-off volume, counted as one month)",
+                "rule_zh": f"按每次请求生成 {gen} 个 token 计；一次性用量，按一个月计",
             }
         )
         return requests, conversions
@@ -485,6 +582,9 @@ def _requests(
                     "value": requests,
                     "rule": f"{parsed.hours_per_day:g} h x 3600 s x 30 days x {tput:.1f} tok/s "
                     f"({est.get('tier')}) / {gen} tokens per request",
+                    "source_zh": f"每天 {parsed.hours_per_day:g} 小时",
+                    "rule_zh": f"{parsed.hours_per_day:g} 小时 x 3600 秒 x 30 天 x {tput:.1f} tok/s"
+                    f"（{est.get('tier')}）÷ 每次请求 {gen} 个 token",
                 }
             )
             return requests, conversions

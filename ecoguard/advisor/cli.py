@@ -36,6 +36,12 @@ def _deployment_flags(parser: argparse.ArgumentParser, *, precision_help: str) -
     parser.add_argument("--generation-tokens", type=int, default=None)
     parser.add_argument("--requests-per-month", type=int, default=None)
     parser.add_argument("--region", default=None, help="us, china, eu, uk, fr, de, in, jp, ca")
+    parser.add_argument(
+        "--language",
+        choices=("en", "zh"),
+        default="en",
+        help="language of the answer: en (default) or zh",
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -108,57 +114,34 @@ def _settings(args: argparse.Namespace) -> Any:
     if args.region:
         from ecoguard.knowledge import region
 
-        region(args.region)  # unknown region -> UsageError naming the accepted ones
-        settings = settings.with_(region=args.region)
+        # unknown region -> UsageError naming the accepted ones; aliases ("cn") -> the key
+        settings = settings.with_(region=region(args.region).key)
     return settings
 
 
 def _answer_for(args: argparse.Namespace, protocol: str) -> Any:
-    from ecoguard.advisor import protocols
-    from ecoguard.advisor.answers import Answer, build_deployment, honesty_notes
-    from ecoguard.deployment import normalize_precision
+    from ecoguard.advisor.answers import answer_for_flags
 
-    precision = normalize_precision(args.precision) if args.precision else None
-    dep, defaults = build_deployment(
+    observed = None
+    if protocol == "diagnose":
+        observed = {
+            "throughput_tok_s": args.throughput,
+            "power_w": args.power,
+            "energy_j_per_1k": args.energy_per_1k,
+        }
+    return answer_for_flags(
+        protocol,
         model=args.model,
         gpu=args.gpu,
-        precision=precision,
+        precision=args.precision,
         batch_size=args.batch_size,
         prompt_tokens=args.prompt_tokens,
         generation_tokens=args.generation_tokens,
+        requests_per_month=args.requests_per_month,
         use=getattr(args, "use", None),
-        fill_precision=protocol == "optimize",
-    )
-    settings = _settings(args)
-    requests = args.requests_per_month
-    if protocol == "optimize":
-        result = protocols.optimize(
-            dep, use=args.use, settings=settings, requests_per_month=requests
-        )
-    elif protocol == "compare":
-        result = protocols.compare(dep, settings=settings, requests_per_month=requests)
-    else:
-        result = protocols.diagnose(
-            dep,
-            observed_throughput_tok_s=args.throughput,
-            observed_power_w=args.power,
-            observed_energy_j_per_1k=args.energy_per_1k,
-            settings=settings,
-            requests_per_month=requests,
-        )
-    in_play = tuple(
-        p
-        for p in (
-            (result.deployment.precision if result.deployment else None),
-            (result.recommendation or {}).get("precision"),
-        )
-        if p
-    )
-    return Answer(
-        result=result,
-        defaults=tuple(defaults),
-        honesty=tuple(honesty_notes(result.deployment or dep, in_play)),
-        settings_used={"region": settings.region, "price_usd_per_kwh": settings.price_usd_per_kwh},
+        language=args.language,
+        settings=_settings(args),
+        observed=observed,
     )
 
 

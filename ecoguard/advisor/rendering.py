@@ -9,6 +9,7 @@ from the reference rows actually used. Output is deterministic for a given answe
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,55 @@ _LABELS = {
         "expected": "expected",
         "no_trap": "No known trap matches this configuration.",
         "not_available": "no data",
+        # punctuation
+        "colon": ": ",
+        "comma": ", ",
+        "semicolon": "; ",
+        "stop": ".",
+        "paren": " ({})",
+        # "Understood as" fields
+        "f_model": "model",
+        "f_gpu": "GPU",
+        "f_precision": "precision",
+        "f_batch_size": "batch size",
+        "f_in_out": "{p} in / {g} out",
+        "f_use": "use",
+        "f_region": "region",
+        "conversion": "{source} -> {value} {field} ({rule})",
+        # table headers and row labels
+        "h_precision": "precision",
+        "h_model": "model",
+        "h_rank": "rank",
+        "h_bs": "BS",
+        "h_tok_s": "tok/s",
+        "h_j_1k": "J/1k tok",
+        "h_fp16_j_1k": "FP16 J/1k",
+        "h_vs_fp16": "vs FP16",
+        "h_tok_j": "tok/J",
+        "h_vram": "VRAM GB",
+        "h_latency": "latency s",
+        "h_w": "W",
+        "h_usd_month": "$/month",
+        "h_tier": "tier",
+        "h_metric": "metric",
+        "h_gap": "gap",
+        "h_row": "row",
+        "h_architecture": "architecture",
+        "h_fitted": "fitted",
+        "h_published": "published",
+        "r_j_request": "J/request",
+        "r_requests_month": "requests/month",
+        "r_kwh_month": "kWh/month",
+        "r_cost_month": "cost/month",
+        "r_co2_month": "kg CO2/month",
+        "setup": "{label} ({p}, BS {bs})",
+        # sentences
+        "rec_compare": "{label}: {p} ({j} J/1k tok{delta}, {tier}).",
+        "rec_delta": ", {d:+.1f}% vs FP16",
+        "rec_optimize": "{label}: {p}, batch size {bs}",
+        "impact": " (+{pct:.0f}% energy, {tier})",
+        "impact_usd": " (+{pct:.0f}% energy, ${usd:,.2f}/month, {tier})",
+        "citation": "{data}: {used}{src}. {attribution}.",
     },
     "zh": {
         "understood": "理解为",
@@ -84,6 +134,71 @@ _LABELS = {
         "expected": "参考值",
         "no_trap": "没有匹配的已知陷阱。",
         "not_available": "无数据",
+        # punctuation
+        "colon": "：",
+        "comma": "，",
+        "semicolon": "；",
+        "stop": "。",
+        "paren": "（{}）",
+        # "Understood as" fields
+        "f_model": "模型",
+        "f_gpu": "GPU",
+        "f_precision": "精度",
+        "f_batch_size": "批大小",
+        "f_in_out": "输入 {p} / 输出 {g} token",
+        "f_use": "用途",
+        "f_region": "地区",
+        "conversion": "{source} -> {field} {value}（{rule}）",
+        "field_total_tokens": "总 token 数",
+        "field_requests": "请求数",
+        "field_requests_per_month": "每月请求数",
+        "field_prompt_tokens": "输入 token 数",
+        "field_observed_energy_j_per_1k": "实测每千 token 能耗（J）",
+        # table headers and row labels
+        "h_precision": "精度",
+        "h_model": "模型",
+        "h_rank": "排名",
+        "h_bs": "批大小",
+        "h_tok_s": "吞吐（tok/s）",
+        "h_j_1k": "每千 token 能耗（J）",
+        "h_fp16_j_1k": "FP16 每千 token 能耗（J）",
+        "h_vs_fp16": "相对 FP16",
+        "h_tok_j": "能效（tok/J）",
+        "h_vram": "显存（GB）",
+        "h_latency": "延迟（s）",
+        "h_w": "功率（W）",
+        "h_usd_month": "每月费用（$）",
+        "h_tier": "等级",
+        "h_metric": "指标",
+        "h_gap": "差距",
+        "h_row": "数据行",
+        "h_architecture": "架构",
+        "h_fitted": "拟合值",
+        "h_published": "公开值",
+        "r_j_request": "每次请求能耗（J）",
+        "r_requests_month": "每月请求数",
+        "r_kwh_month": "每月用电（kWh）",
+        "r_cost_month": "每月费用",
+        "r_co2_month": "每月 CO2（kg）",
+        "setup": "{label}（{p}，批大小 {bs}）",
+        # tiers and confidence, where shown as words
+        "tier_measured": "实测",
+        "tier_reported": "公布",
+        "tier_derived": "推算",
+        "tier_extrapolated": "外推",
+        "tier_local": "本机实测",
+        "tier_none": "无",
+        "conf_high": "高",
+        "conf_medium": "中",
+        "conf_low": "低",
+        "conf_general": "一般",
+        # sentences
+        "rec_compare": "{label}：{p}（{j} J/1k tok{delta}，{tier}）。",
+        "rec_delta": "，相对 FP16 {d:+.1f}%",
+        "rec_optimize": "{label}：{p}，批大小 {bs}",
+        "impact": "（能耗 +{pct:.0f}%，{tier}）",
+        "impact_usd": "（能耗 +{pct:.0f}%，${usd:,.2f}/月，{tier}）",
+        "citation": "{data}：{used}{src}。{attribution}.",
     },
 }
 
@@ -130,13 +245,32 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool
         out += ["| " + " | ".join(r) + " |" for r in rows]
         return out
     widths = [
-        max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(h)
+        max(_width(str(h)), *(_width(str(r[i])) for r in rows)) if rows else _width(h)
         for i, h in enumerate(headers)
     ]
-    out = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths, strict=False))]
+    out = ["  ".join(_pad(str(h), w) for h, w in zip(headers, widths, strict=False))]
     out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
+    out += ["  ".join(_pad(str(c), w) for c, w in zip(r, widths, strict=False)) for r in rows]
     return out
+
+
+def _width(text: str) -> int:
+    """Columns on a terminal: CJK characters and full-width punctuation take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - _width(text))
+
+
+def _tier(L: dict[str, str], tier: object) -> str:
+    """A tier as a word in the answer's language (the JSON keeps the identifier)."""
+    return L.get(f"tier_{tier}", str(tier))
+
+
+def _head(text: str, L: dict[str, str]) -> str:
+    """A label that introduces a list: ``Notes:`` / ``备注：``."""
+    return text + L["colon"].rstrip()
 
 
 def bar_chart(items: Sequence[tuple[str, float | None, str]], *, unit: str) -> list[str]:
@@ -198,62 +332,78 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
     out.extend(_honesty(answer, L))
     notes = list(result.notes)
     if notes:
-        out.append(f"{L['notes']}:")
+        out.append(_head(L["notes"], L))
         out.extend(f"- {n}" for n in notes)
         out.append("")
     out.append(_citation(answer, L))
     return "\n".join(out).rstrip() + "\n"
 
 
-def _h(text: str, markdown: bool) -> str:
-    return f"### {text}" if markdown else f"{text}:"
+def _h(text: str, markdown: bool, L: dict[str, str]) -> str:
+    return f"### {text}" if markdown else _head(text, L)
 
 
 def _understood(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     out: list[str] = []
     dep = answer.result.deployment
-    parts = [f"{L['protocol']}: {answer.result.protocol}"]
+    colon = L["colon"]
+    parts = [f"{L['protocol']}{colon}{answer.result.protocol}"]
     if dep is not None:
         if dep.model.id:
-            parts.append(
-                f"model: {dep.model.id} ({_fmt(dep.model.params_b, 2).rstrip('0').rstrip('.')}B)"
-            )
+            size = _fmt(dep.model.params_b, 2).rstrip("0").rstrip(".")
+            parts.append(f"{L['f_model']}{colon}{dep.model.id} ({size}B)")
         if dep.gpu.name:
-            parts.append(f"GPU: {dep.gpu.name}")
+            parts.append(f"{L['f_gpu']}{colon}{dep.gpu.name}")
         if dep.precision:
-            parts.append(f"precision: {dep.precision}")
+            parts.append(f"{L['f_precision']}{colon}{dep.precision}")
         if dep.batch_size:
-            parts.append(f"batch size: {dep.batch_size}")
+            parts.append(f"{L['f_batch_size']}{colon}{dep.batch_size}")
         if dep.prompt_tokens is not None and dep.generation_tokens is not None:
-            parts.append(f"{dep.prompt_tokens} in / {dep.generation_tokens} out")
+            parts.append(L["f_in_out"].format(p=dep.prompt_tokens, g=dep.generation_tokens))
         if dep.use:
-            parts.append(f"use: {dep.use}")
+            parts.append(f"{L['f_use']}{colon}{dep.use}")
     if answer.settings_used.get("region"):
-        parts.append(f"region: {answer.settings_used['region']}")
-    out.append(f"{L['understood']}: " + ", ".join(parts) + ".")
+        parts.append(f"{L['f_region']}{colon}{answer.settings_used['region']}")
+    out.append(f"{L['understood']}{colon}" + L["comma"].join(parts) + L["stop"])
+    zh = answer.language == "zh"
     conversions: list[str] = []
     if answer.parsed is not None:
-        lang = answer.language
         for c in answer.parsed.conversions:
-            rule = c.rule_zh if lang == "zh" else c.rule_en
+            rule = c.rule_zh if zh else c.rule_en
             if c.field == "gpu":
                 conversions.append(rule)
             else:
                 conversions.append(
-                    f"{c.source} -> {c.value:,.0f} {c.field.replace('_', ' ')} ({rule})"
+                    L["conversion"].format(
+                        source=c.source,
+                        value=f"{c.value:,.0f}",
+                        field=_field(L, c.field, c.field.replace("_", " ")),
+                        rule=rule,
+                    )
                 )
     for c in answer.extra_conversions:
-        conversions.append(f"{c['source']} -> {c['value']:,} {c['field']} ({c['rule']})")
+        conversions.append(
+            L["conversion"].format(
+                source=c.get("source_zh", c["source"]) if zh else c["source"],
+                value=f"{c['value']:,}",
+                field=_field(L, c["field"], c["field"]),
+                rule=c.get("rule_zh", c["rule"]) if zh else c["rule"],
+            )
+        )
     if conversions:
-        out.append(f"{L['conversions']}:")
+        out.append(_head(L["conversions"], L))
         out.extend(f"- {c}" for c in conversions)
     if answer.defaults:
-        out.append(f"{L['defaults']}:")
+        out.append(_head(L["defaults"], L))
         for d in answer.defaults:
-            how = d.how_zh if answer.language == "zh" else d.how_en
-            out.append(f"- {d.field} = {d.value} ({how})")
+            how = d.how_zh if zh else d.how_en
+            out.append(f"- {d.field} = {d.value}" + L["paren"].format(how))
     out.append("")
     return out
+
+
+def _field(L: dict[str, str], name: str, default: str) -> str:
+    return L.get(f"field_{name}", default)
 
 
 def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
@@ -264,6 +414,7 @@ def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
         _h(
             "J per 1k tokens by precision" if answer.language == "en" else "各精度每千 token 能耗",
             markdown,
+            L,
         )
     ]
     rows = []
@@ -280,29 +431,30 @@ def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                 _fmt(r["power_w"]),
                 _money(r.get("cost_usd_per_month")),
                 _fmt(r["rank"]),
-                r["tier"],
+                _tier(L, r["tier"]),
             ]
         )
     out += _table(
         [
-            "precision",
-            "tok/s",
-            "J/1k tok",
-            "vs FP16",
-            "tok/J",
-            "VRAM GB",
-            "latency s",
-            "W",
-            "$/month",
-            "rank",
-            "tier",
+            L["h_precision"],
+            L["h_tok_s"],
+            L["h_j_1k"],
+            L["h_vs_fp16"],
+            L["h_tok_j"],
+            L["h_vram"],
+            L["h_latency"],
+            L["h_w"],
+            L["h_usd_month"],
+            L["h_rank"],
+            L["h_tier"],
         ],
         rows,
         markdown,
     )
     out.append("")
     chart = bar_chart(
-        [(r["precision"], r["energy_per_1k_tokens_j"], r["tier"]) for r in result.rows], unit="J/1k"
+        [(r["precision"], r["energy_per_1k_tokens_j"], _tier(L, r["tier"])) for r in result.rows],
+        unit="J/1k",
     )
     if chart:
         out += ["```", *chart, "```"] if markdown else chart
@@ -311,10 +463,13 @@ def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
         rec = result.recommendation
         delta = rec.get("delta_vs_fp16_pct")
         out.append(
-            f"{L['recommendation']}: {rec['precision']} "
-            f"({_fmt(rec['energy_per_1k_tokens_j'])} J/1k tok"
-            + (f", {delta:+.1f}% vs FP16" if delta is not None else "")
-            + f", {rec['tier']})."
+            L["rec_compare"].format(
+                label=L["recommendation"],
+                p=rec["precision"],
+                j=_fmt(rec["energy_per_1k_tokens_j"]),
+                delta=L["rec_delta"].format(d=delta) if delta is not None else "",
+                tier=_tier(L, rec["tier"]),
+            )
         )
         out.append("")
     return out
@@ -328,6 +483,7 @@ def _compare_models(answer: Answer, L: dict[str, str], markdown: bool) -> list[s
             if answer.language == "en"
             else f"{result.extra.get('gpu')} 上的实测",
             markdown,
+            L,
         )
     ]
     rows = [
@@ -339,19 +495,28 @@ def _compare_models(answer: Answer, L: dict[str, str], markdown: bool) -> list[s
             "-" if r["delta_vs_fp16_pct"] is None else f"{r['delta_vs_fp16_pct']:+.1f}%",
             _fmt(r["throughput_tok_s"], 1),
             _fmt(r["power_w"]),
-            r["tier"],
+            _tier(L, r["tier"]),
         ]
         for r in result.rows
     ]
     out += _table(
-        ["model", "precision", "J/1k tok", "FP16 J/1k", "vs FP16", "tok/s", "W", "tier"],
+        [
+            L["h_model"],
+            L["h_precision"],
+            L["h_j_1k"],
+            L["h_fp16_j_1k"],
+            L["h_vs_fp16"],
+            L["h_tok_s"],
+            L["h_w"],
+            L["h_tier"],
+        ],
         rows,
         markdown,
     )
     out.append("")
     chart = bar_chart(
         [
-            (f"{r['model']} {r['precision']}", r["energy_per_1k_tokens_j"], r["tier"])
+            (f"{r['model']} {r['precision']}", r["energy_per_1k_tokens_j"], _tier(L, r["tier"]))
             for r in result.rows
         ],
         unit="J/1k",
@@ -390,11 +555,10 @@ def _optimize(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     out: list[str] = []
     if rec is None:
         return out
-    out.append(
-        f"**{L['recommendation']}: {rec['precision']}, batch size {rec['batch_size']}**"
-        if markdown
-        else f"{L['recommendation']}: {rec['precision']}, batch size {rec['batch_size']}"
+    line = L["rec_optimize"].format(
+        label=L["recommendation"], p=rec["precision"], bs=rec["batch_size"]
     )
+    out.append(f"**{line}**" if markdown else line)
     for reason in rec.get("reasons", []):
         out.append(f"- {reason}")
     out.append("")
@@ -407,19 +571,32 @@ def _optimize(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
             _fmt(r["throughput_tok_s"], 1),
             _fmt(r["vram_gb"], 1),
             _money(r.get("cost_usd_per_month")),
-            r["tier"],
+            _tier(L, r["tier"]),
         ]
         for r in result.rows[:8]
     ]
     out += _table(
-        ["rank", "precision", "BS", "J/1k tok", "tok/s", "VRAM GB", "$/month", "tier"],
+        [
+            L["h_rank"],
+            L["h_precision"],
+            L["h_bs"],
+            L["h_j_1k"],
+            L["h_tok_s"],
+            L["h_vram"],
+            L["h_usd_month"],
+            L["h_tier"],
+        ],
         rows,
         markdown,
     )
     out.append("")
     chart = bar_chart(
         [
-            (f"{r['precision']} BS{r['batch_size']}", r["energy_per_1k_tokens_j"], r["tier"])
+            (
+                f"{r['precision']} BS{r['batch_size']}",
+                r["energy_per_1k_tokens_j"],
+                _tier(L, r["tier"]),
+            )
             for r in result.rows[:8]
         ],
         unit="J/1k",
@@ -430,7 +607,9 @@ def _optimize(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     rejected = result.extra.get("rejected") or []
     if rejected:
         names = sorted({f"{r['precision']} ({', '.join(r['rejected_by'])})" for r in rejected})
-        out.append(("Ruled out: " if answer.language == "en" else "已排除：") + "; ".join(names))
+        out.append(
+            ("Ruled out: " if answer.language == "en" else "已排除：") + L["semicolon"].join(names)
+        )
         out.append("")
     out += _side_by_side(answer, L, markdown)
     return out
@@ -447,31 +626,43 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
     currency = mc.get("currency", "USD")
     rows = [
         [
-            "J/1k tok",
+            L["h_j_1k"],
             _fmt(cur.get("energy_per_1k_tokens_j")),
             _fmt(opt.get("energy_per_1k_tokens_j")),
         ],
-        ["J/request", _fmt(cur.get("energy_per_request_j")), _fmt(opt.get("energy_per_request_j"))],
-        ["tok/s", _fmt(cur.get("throughput_tok_s"), 1), _fmt(opt.get("throughput_tok_s"), 1)],
-        ["W", _fmt(cur.get("power_w")), _fmt(opt.get("power_w"))],
-        ["VRAM GB", _fmt(cur.get("vram_gb"), 1), _fmt(opt.get("vram_gb"), 1)],
-        ["requests/month", _fmt(cur_m.get("requests")), _fmt(opt_m.get("requests"))],
-        ["kWh/month", _fmt(cur_m.get("energy_kwh"), 2), _fmt(opt_m.get("energy_kwh"), 2)],
         [
-            "cost/month",
+            L["r_j_request"],
+            _fmt(cur.get("energy_per_request_j")),
+            _fmt(opt.get("energy_per_request_j")),
+        ],
+        [L["h_tok_s"], _fmt(cur.get("throughput_tok_s"), 1), _fmt(opt.get("throughput_tok_s"), 1)],
+        [L["h_w"], _fmt(cur.get("power_w")), _fmt(opt.get("power_w"))],
+        [L["h_vram"], _fmt(cur.get("vram_gb"), 1), _fmt(opt.get("vram_gb"), 1)],
+        [L["r_requests_month"], _fmt(cur_m.get("requests")), _fmt(opt_m.get("requests"))],
+        [L["r_kwh_month"], _fmt(cur_m.get("energy_kwh"), 2), _fmt(opt_m.get("energy_kwh"), 2)],
+        [
+            L["r_cost_month"],
             _money(mc.get("cost_usd", cur_m.get("cost_usd")), mc.get("cost_cny"), currency),
             _money(mo.get("cost_usd", opt_m.get("cost_usd")), mo.get("cost_cny"), currency)
             if opt
             else "-",
         ],
-        ["kg CO2/month", _fmt(cur_m.get("co2_kg"), 2), _fmt(opt_m.get("co2_kg"), 2)],
-        ["tier", str(cur.get("tier", "none")), str(opt.get("tier", "none")) if opt else "-"],
+        [L["r_co2_month"], _fmt(cur_m.get("co2_kg"), 2), _fmt(opt_m.get("co2_kg"), 2)],
+        [
+            L["h_tier"],
+            _tier(L, cur.get("tier", "none")),
+            _tier(L, opt.get("tier", "none")) if opt else "-",
+        ],
     ]
     dep = result.deployment
     rec = result.recommendation or {}
-    cur_label = f"{L['current']} ({dep.precision}, BS {dep.batch_size})" if dep else L["current"]
+    cur_label = (
+        L["setup"].format(label=L["current"], p=dep.precision, bs=dep.batch_size)
+        if dep
+        else L["current"]
+    )
     opt_label = (
-        f"{L['optimized']} ({rec.get('precision')}, BS {rec.get('batch_size')})"
+        L["setup"].format(label=L["optimized"], p=rec.get("precision"), bs=rec.get("batch_size"))
         if rec
         else L["optimized"]
     )
@@ -507,7 +698,7 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
                 if pct is not None
                 else ""
             )
-            out.append(f"{L['extra_cost']}: {amount} {L['per_month']}{more}.")
+            out.append(f"{L['extra_cost']}{L['colon']}{amount} {L['per_month']}{more}{L['stop']}")
         else:
             less = (
                 (
@@ -518,16 +709,18 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
                 if pct is not None
                 else ""
             )
-            out.append(f"{L['saving']}: {amount} {L['per_month']}{less}.")
+            out.append(f"{L['saving']}{L['colon']}{amount} {L['per_month']}{less}{L['stop']}")
         out.append("")
     return out
 
 
 def _estimate(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
-    out = [_h("Estimate" if answer.language == "en" else "估算", markdown)]
+    out = [_h("Estimate" if answer.language == "en" else "估算", markdown, L)]
     if (result.current or {}).get("tier", "none") == "none":
-        out.append(L["not_available"] + ": " + str((result.current or {}).get("method") or ""))
+        out.append(
+            L["not_available"] + L["colon"] + str((result.current or {}).get("method") or "")
+        )
         out.append("")
         return out
     method = (result.current or {}).get("method")
@@ -548,15 +741,18 @@ def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                 _fmt(r["observed"], 1),
                 _fmt(r["expected"], 1),
                 "-" if r["gap_pct"] is None else f"{r['gap_pct']:+.1f}%",
-                r["tier"],
+                _tier(L, r["tier"]),
             ]
             for r in result.rows
         ]
-        out += _table(["metric", L["observed"], L["expected"], "gap", "tier"], rows, markdown)
+        headers = [L["h_metric"], L["observed"], L["expected"], L["h_gap"], L["h_tier"]]
+        out += _table(headers, rows, markdown)
         out.append("")
     rec = result.recommendation or {}
     if rec.get("rule"):
-        out.append(f"{L['confidence']}: {result.extra.get('confidence')} ({rec['rule']})")
+        conf = result.extra.get("confidence")
+        conf = L.get(f"conf_{conf}", str(conf))
+        out.append(f"{L['confidence']}{L['colon']}{conf}" + L["paren"].format(rec["rule"]))
         out.append("")
     elif result.mood != Mood.GRAY:
         out.append(L["no_trap"])
@@ -578,17 +774,18 @@ def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                         str(e.get("precision", "-")),
                         _fmt(e.get("energy_j_per_1k") or e.get("energy_per_1k_tokens_j")),
                         "-" if delta is None else f"{delta:+.1f}%",
-                        str(e.get("tier", "-")),
+                        _tier(L, e.get("tier", "-")),
                     ]
                 )
         if ev_rows:
-            out += _table(["row", "precision", "J/1k tok", "vs FP16", "tier"], ev_rows, markdown)
+            headers = [L["h_row"], L["h_precision"], L["h_j_1k"], L["h_vs_fp16"], L["h_tier"]]
+            out += _table(headers, ev_rows, markdown)
         out.append("")
-    out += _crossovers(answer, markdown)
+    out += _crossovers(answer, L, markdown)
     return out
 
 
-def _crossovers(answer: Answer, markdown: bool) -> list[str]:
+def _crossovers(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     items = answer.result.extra.get("crossovers") or []
     if not items:
         return []
@@ -602,17 +799,23 @@ def _crossovers(answer: Answer, markdown: bool) -> list[str]:
             c["architecture"],
             c["precision"],
             _fmt(c["fitted_b"], 2) + "B" if c["fitted_b"] else "-",
-            c["fitted_tier"],
+            _tier(L, c["fitted_tier"]),
             _fmt(c["reported_b"], 1) + "B" if c["reported_b"] else "-",
-            c["reported_tier"],
+            _tier(L, c["reported_tier"]),
         ]
         for c in items
     ]
+    headers = [
+        L["h_architecture"],
+        L["h_precision"],
+        L["h_fitted"],
+        L["h_tier"],
+        L["h_published"],
+        L["h_tier"],
+    ]
     return [
-        _h(title, markdown),
-        *_table(
-            ["architecture", "precision", "fitted", "tier", "published", "tier"], rows, markdown
-        ),
+        _h(title, markdown, L),
+        *_table(headers, rows, markdown),
         "",
     ]
 
@@ -626,19 +829,19 @@ def _findings(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     findings = answer.result.findings
     if not findings:
         return []
-    out = [f"{L['findings']}:"]
+    out = [_head(L["findings"], L)]
     for f in findings:
         impact = ""
         if f.impact is not None and f.impact.extra_energy_pct is not None:
-            impact = f" (+{f.impact.extra_energy_pct:.0f}% energy, {f.impact.tier})"
+            tier = _tier(L, f.impact.tier)
+            impact = L["impact"].format(pct=f.impact.extra_energy_pct, tier=tier)
             if f.impact.extra_usd_per_month is not None:
-                impact = (
-                    f" (+{f.impact.extra_energy_pct:.0f}% energy, ${f.impact.extra_usd_per_month:,.2f}/month, "
-                    f"{f.impact.tier})"
+                impact = L["impact_usd"].format(
+                    pct=f.impact.extra_energy_pct, usd=f.impact.extra_usd_per_month, tier=tier
                 )
         out.append(f"- {mood_tag(f.mood)} {f.rule}: {f.message}{impact}")
         fix = f"`{f.fix}`" if markdown else f.fix
-        out.append(f"  {L['fix']}: {f.fix_summary or ''} {fix}".rstrip())
+        out.append(f"  {L['fix']}{L['colon']}{f.fix_summary or ''} {fix}".rstrip())
     out.append("")
     return out
 
@@ -646,7 +849,7 @@ def _findings(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
 def _honesty(answer: Answer, L: dict[str, str]) -> list[str]:
     if not answer.honesty:
         return []
-    out = [f"{L['honesty']}:"]
+    out = [_head(L["honesty"], L)]
     for note in answer.honesty:
         measured, published = note["measured"], note["published"]
         m = (
@@ -659,20 +862,25 @@ def _honesty(answer: Answer, L: dict[str, str]) -> list[str]:
             if isinstance(published, list)
             else (f"{published:g}" if isinstance(published, (int, float)) else str(published))
         )
-        unit = note.get("unit", "")
+        zh = answer.language == "zh"
+        topic = note.get("topic_zh", note["topic"]) if zh else note["topic"]
+        unit = note.get("unit_zh", note.get("unit", "")) if zh else note.get("unit", "")
+        if zh and isinstance(published, str):
+            p = note.get("published_zh", p)
         out.append(
-            f"- {note['topic']} ({unit}): {L['measured']} {m} [{note['measured_tier']}]; "
-            f"{L['published']} {p} [{note['published_tier']}]"
+            f"- {topic}{L['paren'].format(unit)}{L['colon']}"
+            f"{L['measured']} {m} [{_tier(L, note['measured_tier'])}]{L['semicolon']}"
+            f"{L['published']} {p} [{_tier(L, note['published_tier'])}]"
         )
     out.append("")
     return out
 
 
 def _out_of_data(answer: Answer, L: dict[str, str], lang: str, markdown: bool) -> list[str]:
-    out = [f"{L['out_of_data']}:"]
+    out = [_head(L["out_of_data"], L)]
     out.extend(f"- {o['detail']}" for o in answer.result.out_of_data)
     out.append("")
-    out.append(_h(L["protocol_steps"], markdown))
+    out.append(_h(L["protocol_steps"], markdown, L))
     steps = _MEASUREMENT_STEPS.get(lang, _MEASUREMENT_STEPS["en"])
     out.extend(f"{i}. {s}" for i, s in enumerate(steps, start=1))
     out.append("")
@@ -687,14 +895,14 @@ def _citation(answer: Answer, L: dict[str, str]) -> str:
     sources, tiers = cite(result.evidence, list(result.sources) + extra_sources)
     count = sum(tiers.values())
     if count:
-        tier_text = ", ".join(
-            f"{n} {t}" for t, n in sorted(tiers.items(), key=lambda kv: (-kv[1], kv[0]))
+        tier_text = L["comma"].join(
+            f"{n} {_tier(L, t)}" for t, n in sorted(tiers.items(), key=lambda kv: (-kv[1], kv[0]))
         )
-        used = f"{count} {L['rows']} ({tier_text})"
+        used = f"{count} {L['rows']}" + L["paren"].format(tier_text)
     else:
         used = L["no_rows"]
-    src = f"; {L['sources']}: " + ", ".join(sources) if sources else ""
-    return f"{L['data']}: {used}{src}. {ATTRIBUTION}."
+    src = L["semicolon"] + L["sources"] + L["colon"] + L["comma"].join(sources) if sources else ""
+    return L["citation"].format(data=L["data"], used=used, src=src, attribution=ATTRIBUTION)
 
 
 def _delta_vs_fp16(row: dict, evidence: list) -> float | None:

@@ -190,3 +190,78 @@ def test_a_recommendation_that_costs_more_is_not_printed_as_a_negative_saving() 
     text = render(Answer(result=result, defaults=tuple(defaults)), fmt="text", plain=True)
     assert "$-" not in text and "-1" not in text.split("Extra cost")[-1].split("\n")[0]
     assert "Extra cost: $" in text and "% more energy" in text
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "比较 Qwen2.5-7B 在 5090 上的所有精度",
+        "Qwen2.5-3B 在 RTX 5090 上最省电的配置是什么? 用于 API",
+        "我想用 Yi-6B 跑 100 万字, 要花多少钱?",
+    ],
+)
+@pytest.mark.parametrize("fmt", ["md", "text"])
+def test_chinese_answer_has_no_english_headers_or_field_names(question, fmt):
+    answer = advise(question)
+    assert answer.language == "zh"
+    assert answer.result.protocol in ("compare", "optimize", "estimate")
+    text = render(answer, fmt=fmt, plain=True)
+    for english in (
+        "Understood as",
+        "model:",
+        "precision:",
+        "batch size:",
+        " in / ",
+        "use:",
+        "region:",
+        "precision |",
+        "| rank",
+        "| BS",
+        "J/1k tok |",
+        "VRAM GB",
+        "$/month",
+        "tier",
+        "requests/month",
+        "cost/month",
+        "generated tokens per request",
+        # tiers shown as words (the estimate's method text comes from the estimator, in English)
+        "[measured]",
+        "[reported]",
+        "| derived",
+        "(derived)",
+        "）.",
+    ):
+        assert english not in text, (english, question)
+    assert "理解为：" in text and "精度" in text
+
+
+def test_cli_language_flag_answers_in_chinese(capsys):
+    argv = ["compare", "--model", "Mistral-7B", "--gpu", "a800", "--format", "text"]
+    assert main([*argv, "--language", "zh"]) == 0
+    text = capsys.readouterr().out
+    assert "理解为：" in text and "Understood as" not in text
+    assert main(argv) == 0
+    assert "Understood as: " in capsys.readouterr().out
+
+
+def test_cli_and_library_flags_share_one_answer(capsys):
+    from ecoguard.advisor.answers import answer_for_flags
+    from ecoguard.config import Settings
+
+    argv = ["diagnose", "--model", "Mistral-7B", "--gpu", "a800", "--throughput", "10", "--json"]
+    assert main(argv) == 0
+    cli = json.loads(capsys.readouterr().out)
+    lib = answer_for_flags(
+        "diagnose",
+        model="Mistral-7B",
+        gpu="a800",
+        settings=Settings.from_env(),
+        observed={"throughput_tok_s": 10.0},
+    )
+    assert cli == json.loads(json.dumps(lib.to_dict(), default=str))
+
+
+def test_chinese_wording_stays_out_of_the_json():
+    data = advise("我想用 Yi-6B 跑 100 万字, 要花多少钱?").to_dict()
+    assert all(not k.endswith("_zh") for c in data["conversions"] for k in c)
+    assert all(not k.endswith("_zh") for h in data["honesty"] for k in h)
