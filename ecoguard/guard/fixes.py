@@ -11,9 +11,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from ecoguard.deployment import Deployment
+from ecoguard.deployment import Deployment, QuantSpec
+from ecoguard.knowledge.memory import FULL_NEED_VRAM_FRACTION, memory_need
 from ecoguard.rules import unquantized_dtype
-from ecoguard.rules.checks import USABLE_VRAM_FRACTION
 
 _TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -72,13 +72,17 @@ def set_int8_threshold_zero(model: Any) -> int:
 
 
 def fits_unquantized(deployment: Deployment, dtype: str | None) -> bool | None:
-    """Whether the model's half-precision weights fit the GPU's usable VRAM; None if unknown."""
-    params_b, vram_gb = deployment.model.params_b, deployment.gpu.vram_gb
-    if params_b is None or vram_gb is None:
+    """Whether the model unquantized (weights in ``dtype``, KV cache and overhead) fits the
+    GPUs' VRAM, by the same formula as the estimator and the vram-overflow rule; None if
+    unknown."""
+    vram_gb = deployment.gpu.vram_gb
+    if deployment.model.params_b is None or vram_gb is None:
         return None
-    bytes_per_param = 4.0 if dtype in (None, "fp32") else 2.0
-    need_gb = params_b * bytes_per_param
-    return need_gb <= vram_gb * max(deployment.gpu.count, 1) * USABLE_VRAM_FRACTION
+    unquantized = deployment.with_(precision=dtype or "fp32", quant=QuantSpec())
+    need = memory_need(unquantized)
+    if need is None:
+        return None
+    return need.total_gb <= vram_gb * max(deployment.gpu.count, 1) * FULL_NEED_VRAM_FRACTION
 
 
 def fix_unquantize_kwargs(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ecoguard.knowledge.crossover import crossover
+from ecoguard.knowledge.memory import MemoryNeed, memory_need
 from ecoguard.knowledge.records import (
     Crossover,
     Equivalent,
@@ -42,6 +43,7 @@ __all__ = [
     "Estimate",
     "GpuProfile",
     "GridInfo",
+    "MemoryNeed",
     "ModelInfo",
     "Monthly",
     "ReferenceRow",
@@ -52,6 +54,7 @@ __all__ = [
     "estimate",
     "find_rows",
     "gpu_profiles",
+    "memory_need",
     "model_registry",
     "parse_params_b",
     "pue_defaults",

@@ -24,18 +24,22 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 
 from ecoguard.config import Settings
-from ecoguard.deployment import BYTES_PER_PARAM, Deployment
+from ecoguard.deployment import Deployment
 from ecoguard.errors import UnknownGpuError, UnknownModelError
+from ecoguard.knowledge.memory import (  # noqa: F401  (re-exported: the old home of these)
+    DEFAULT_GENERATION_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    KV_BYTES,
+    NO_SIZE_METHOD,
+    VRAM_OVERHEAD_FRACTION,
+    VRAM_OVERHEAD_GB,
+    memory_need,
+    resolved_precision,
+)
 from ecoguard.knowledge.records import GpuProfile, ReferenceRow
 
-DEFAULT_GENERATION_TOKENS = 256
-DEFAULT_PROMPT_TOKENS = 128
 TIER_ORDER = ("local", "measured", "reported")
 SWEEP_SOURCE_TAG = "dyn-bssweep"
-# Runtime overhead beyond weights and KV cache: CUDA context, allocator slack and activations.
-VRAM_OVERHEAD_FRACTION = 0.10
-VRAM_OVERHEAD_GB = 0.5
-KV_BYTES = 2  # fp16 KV cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,9 +508,8 @@ def estimate(
         if params_b is None:
             params_b = model.params_b
 
-    precision = deployment.precision
-    if precision is None:
-        precision = deployment.dtype if deployment.dtype in ("fp16", "bf16", "fp32") else "fp16"
+    precision = resolved_precision(deployment)
+    if deployment.precision is None:
         assumptions.append(f"precision not given; assumed {precision}")
     bs = deployment.batch_size or 1
     if deployment.batch_size is None:
@@ -544,7 +547,10 @@ def estimate(
             if basis.tier in ("measured", "reported", "local"):
                 basis.tier = "derived"
 
-    vram_gb, vram_method = _vram(deployment, model, params_b, precision, bs, prompt_used, gen_used)
+    # The same figure the vram-overflow rule judges (ecoguard.knowledge.memory).
+    need = memory_need(deployment, model, prompt_tokens=prompt_used, generation_tokens=gen_used)
+    vram_gb = need.total_gb if need is not None else None
+    vram_method = need.method if need is not None else NO_SIZE_METHOD
     grid = grid_for(settings.region)
     price = (
         settings.price_usd_per_kwh
@@ -651,27 +657,3 @@ def _extrapolate(gpu: GpuProfile, model_key, params_b, precision, bs, gen, promp
             confidence="low",
         )
     return None
-
-
-def _vram(deployment, model, params_b, precision, bs, prompt, gen) -> tuple[float | None, str]:
-    """Weights (params x bytes per weight) + fp16 KV cache + overhead, in GB (1e9 bytes)."""
-    if params_b is None:
-        return None, "model size unknown"
-    weights = params_b * BYTES_PER_PARAM.get(precision, 2.0)
-    spec = deployment.model
-    layers = spec.layers or (model.layers if model else None)
-    kv_heads = spec.kv_heads or (model.kv_heads if model else None)
-    head_dim = spec.head_dim or (model.head_dim if model else None)
-    overhead = weights * VRAM_OVERHEAD_FRACTION + VRAM_OVERHEAD_GB
-    if layers and kv_heads and head_dim:
-        kv = 2 * layers * kv_heads * head_dim * (prompt + gen) * bs * KV_BYTES / 1e9
-        method = (
-            f"weights {weights:.2f} GB ({precision}) + KV cache {kv:.2f} GB "
-            f"(2 x {layers} layers x {kv_heads} KV heads x {head_dim} x {prompt + gen} tokens x "
-            f"BS {bs} x 2 B) + overhead {overhead:.2f} GB (10% + 0.5 GB)"
-        )
-        return weights + kv + overhead, method
-    return weights + overhead, (
-        f"weights {weights:.2f} GB ({precision}) + overhead {overhead:.2f} GB; KV cache not "
-        "included (model shape unknown)"
-    )

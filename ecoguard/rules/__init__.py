@@ -163,12 +163,14 @@ _SPECS: tuple[RuleSpec, ...] = (
         id="vram-overflow",
         moods=(Mood.RED,),
         title="VRAM overflow",
-        summary="weights plus KV cache exceed the GPUs' usable memory",
+        summary="weights + KV cache + runtime overhead (the estimator's VRAM need) exceed the GPUs' memory",
         check=check_vram_overflow,
         changes_outputs=False,
         why=(
-            "When weights and cache do not fit, accelerate offloads layers to CPU memory and "
-            "every forward pass moves them over PCIe, or the load fails outright."
+            "When weights, KV cache and the runtime's own memory (CUDA context, activations: "
+            "10% of the weights + 0.5 GB) do not fit, accelerate offloads layers to CPU memory "
+            "and every forward pass moves them over PCIe, or the load fails outright. The need is "
+            "the estimator's vram_gb; unknown lengths count as 128 prompt + 256 new tokens."
         ),
         fix='smaller batch or context, a smaller precision, or device_map="auto" over more GPUs',
     ),

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from ecoguard.config import Settings
 from ecoguard.deployment import (
-    BYTES_PER_PARAM,
     FP8_PRECISIONS,
     QUANTIZED_PRECISIONS,
     Deployment,
@@ -35,9 +34,6 @@ PUBLISHED_SMALL_MODEL_BOUND_B = 3.0
 DEVIATION_RATIO = 1.5
 SEVERE_DEVIATION_RATIO = 3.0
 
-# Share of VRAM usable for weights + KV cache; the rest goes to the CUDA context, activations
-# and allocator fragmentation.
-USABLE_VRAM_FRACTION = 0.9
 
 # Architectures without native bf16 tensor cores (bf16 arrived with Ampere, sm_80).
 _PRE_AMPERE = frozenset({"kepler", "maxwell", "pascal", "volta", "turing"})
@@ -349,66 +345,87 @@ def check_bf16_unsupported(deployment: Deployment, ctx: RuleContext) -> Finding 
     )
 
 
-def memory_need_gb(deployment: Deployment) -> tuple[float, float] | None:
-    """(weights GB, KV cache GB) for the deployment, or None without a model size.
+def _memory_need(deployment: Deployment):
+    """The estimator's VRAM need for ``deployment`` (``ecoguard.knowledge.memory``), with the
+    model's shape from the registry when the deployment lacks it, as the estimator does."""
+    from ecoguard.knowledge.memory import lookup_model, memory_need
 
-    Weights: params x bytes per param of the precision. KV cache: 2 (K and V) x layers x KV
-    heads x head dim x (prompt + generated tokens) x batch x 2 bytes (fp16 cache)."""
-    params_b = deployment.model.params_b
-    if params_b is None:
+    try:
+        model_info = lookup_model(deployment)
+    except Exception as exc:  # registry tables missing: judge on the deployment's own facts
+        record_fault("rules.memory_need", exc)
+        model_info = None
+    return memory_need(deployment, model_info)
+
+
+def memory_need_gb(deployment: Deployment) -> tuple[float, float] | None:
+    """(weights GB, KV cache GB) of the estimator's VRAM need (``ecoguard.knowledge.memory``),
+    or None without a model size. The KV cache is 0.0 when the model's shape is unknown; unknown
+    token counts default to the estimator's 128 prompt + 256 generated tokens. The full need
+    adds the runtime overhead (10 % of the weights + 0.5 GB) to these two."""
+    need = _memory_need(deployment)
+    if need is None:
         return None
-    precision = deployment.precision or deployment.dtype or "fp16"
-    weights_gb = params_b * BYTES_PER_PARAM.get(precision, 2.0)
-    model = deployment.model
-    kv_gb = 0.0
-    if model.layers and model.kv_heads and model.head_dim:
-        tokens = (deployment.prompt_tokens or 0) + (deployment.generation_tokens or 0)
-        batch = deployment.batch_size or 1
-        kv_bytes = 2 * model.layers * model.kv_heads * model.head_dim * tokens * batch * 2
-        kv_gb = kv_bytes / 1e9
-    return weights_gb, kv_gb
+    return need.weights_gb, need.kv_cache_gb or 0.0
 
 
 def check_vram_overflow(deployment: Deployment, ctx: RuleContext) -> Finding | None:
-    """Weights plus KV cache above the GPUs' usable memory: the load fails, or accelerate
-    offloads layers to CPU and every token crosses PCIe."""
+    """Weights + KV cache + runtime overhead (the estimator's ``vram_gb``) above the GPUs'
+    memory: the load fails, or accelerate offloads layers to CPU and every token crosses PCIe."""
     gpu = deployment.gpu
-    need = memory_need_gb(deployment)
-    if need is None or gpu.vram_gb is None:
+    if gpu.vram_gb is None:
         return None
-    weights_gb, kv_gb = need
-    usable_gb = gpu.vram_gb * max(gpu.count, 1) * USABLE_VRAM_FRACTION
-    if weights_gb + kv_gb <= usable_gb:
+    need = _memory_need(deployment)
+    if need is None:
         return None
+    from ecoguard.knowledge.memory import usable_vram_gb
+
+    usable_gb = usable_vram_gb(gpu.vram_gb, gpu.count)
+    if need.total_gb <= usable_gb:
+        return None
+    # A shorter context cannot help when the weights and the overhead that comes with them do
+    # not fit on their own.
+    weights_bound = need.weights_gb + need.overhead_gb > usable_gb
+    kv_gb = need.kv_cache_gb
+    kv_text = (
+        f" + ~{kv_gb:.2f} GB of KV cache ({need.tokens} tokens x BS {need.batch_size})"
+        if kv_gb is not None
+        else " (KV cache not counted: model shape unknown)"
+    )
+    gpus = f"{gpu.count} x {gpu.vram_gb:g} GB" if gpu.count > 1 else f"{gpu.vram_gb:g} GB"
     return Finding(
         rule="vram-overflow",
         mood=Mood.RED,
         title="VRAM overflow",
         message=(
-            f"{_name(deployment)} needs ~{weights_gb:.1f} GB of weights plus ~{kv_gb:.1f} GB of "
-            f"KV cache but only ~{usable_gb:.1f} GB of VRAM is usable, so layers spill to CPU "
-            "(or the load fails) and every token pays for the transfer."
+            f"{_name(deployment)} needs ~{need.total_gb:.2f} GB of VRAM (~{need.weights_gb:.2f} GB "
+            f"of {need.precision} weights{kv_text} + ~{need.overhead_gb:.2f} GB runtime overhead) "
+            f"but the GPU memory is {gpus}, so layers spill to CPU (or the load fails) and every "
+            "token pays for the transfer."
         ),
-        # A shorter context cannot help when the weights alone do not fit.
         fix=(
             "BitsAndBytesConfig(load_in_4bit=True)  # 4-bit weights, "
             'or device_map="auto" across more GPUs, or a GPU with more memory'
-            if weights_gb > usable_gb
+            if weights_bound
             else "model.generate(..., max_new_tokens=<smaller>)  # smaller batch/context, "
             'or device_map="auto" across more GPUs'
         ),
         fix_summary=(
-            "the weights alone exceed the usable VRAM: quantize them (4/8-bit), or spread the "
-            "model over more GPU memory"
-            if weights_gb > usable_gb
+            "the weights and their runtime overhead alone exceed the GPU memory: quantize them "
+            "(4/8-bit), or spread the model over more GPU memory"
+            if weights_bound
             else "shrink batch or context, or spread the model over more GPU memory"
         ),
         impact=None,
         changes_outputs=False,
+        # Rounded as the estimator's JSON (Estimate.to_dict) rounds vram_gb: 3 decimals.
         details=(
-            ("weights_gb", round(weights_gb, 2)),
-            ("kv_cache_gb", round(kv_gb, 2)),
-            ("usable_vram_gb", round(usable_gb, 2)),
+            ("vram_need_gb", round(need.total_gb, 3)),
+            ("weights_gb", round(need.weights_gb, 3)),
+            ("kv_cache_gb", None if kv_gb is None else round(kv_gb, 3)),
+            ("overhead_gb", round(need.overhead_gb, 3)),
+            ("usable_vram_gb", round(usable_gb, 3)),
+            ("vram_method", need.method),
         ),
     )
 
