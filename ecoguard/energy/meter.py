@@ -28,7 +28,7 @@ from ecoguard import events
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
 from ecoguard.energy.attribution import GpuTrack, Reading
-from ecoguard.energy.backends import PowerBackend, choose_backend
+from ecoguard.energy.backends import DeviceInfo, PowerBackend, choose_backend
 from ecoguard.energy.sampler import Sampler
 from ecoguard.faults import fault_counts, record_fault
 
@@ -182,7 +182,14 @@ class Meter:
         self._wall_clock = wall_clock
         self.tracks: list[GpuTrack] = []
         for index in range(self.backend.device_count()):
-            info = self.backend.device_info(index)
+            try:
+                info = self.backend.device_info(index)
+            except Exception as exc:
+                # One GPU that does not answer (lost, reset) must not cost the others their
+                # measurement: keep its place (indices are CUDA indices) with a placeholder; its
+                # reads fail, the sampler marks it stale and keeps retrying.
+                record_fault("meter.device_info", exc)
+                info = DeviceInfo(index=index, name=f"GPU {index} (unavailable)", uuid="")
             profile = getattr(self.backend, "profile_key", None) or _profile_key(info.name)
             self.tracks.append(GpuTrack(self.backend, info, clock=self.clock, profile_key=profile))
         self.default_devices = tuple(d for d in default_devices if d < len(self.tracks))

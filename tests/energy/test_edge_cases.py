@@ -122,3 +122,37 @@ def test_transient_field_error_does_not_drop_instant_power_for_good():
     assert backend.power_method(0) == "instant_power"
     nvml.code = 3  # NOT_SUPPORTED: this GPU has no instant power, fall back for good
     assert backend.power_w(0) == 200.0 and backend.power_method(0) == "power_usage"
+
+
+class TwoGpus(Backend):
+    """GPU 0 answers nothing (lost before the meter started); GPU 1 works."""
+
+    def device_count(self):
+        return 2
+
+    def device_info(self, index):
+        if index == 0:
+            raise DeviceLostError("GPU 0 fell off the bus")
+        return DeviceInfo(index=1, name="Good GPU", uuid="GPU-good", power_limit_w=400.0)
+
+    def energy_j(self, index):
+        if index == 0:
+            raise DeviceLostError("GPU 0 fell off the bus")
+        return self.clock() * 100.0
+
+
+def test_a_gpu_lost_at_startup_does_not_cost_the_others_their_measurement():
+    from ecoguard.faults import fault_counts, reset_faults
+
+    reset_faults()
+    clock = FakeClock()
+    meter = _meter(TwoGpus(clock), clock)
+    assert fault_counts().get("meter.device_info") == 1
+    assert [t.info.name for t in meter.tracks] == ["GPU 0 (unavailable)", "Good GPU"]
+    meter.sampler.sample_once()
+    window = meter.begin(devices=(1,), info=CallInfo())
+    clock.advance(2.0)
+    record = meter.end(window, tokens=10, requests=1)
+    assert record.gpu_names == ("Good GPU",) and abs(record.energy_j - 200.0) < 1e-6
+    states = {s.index: s for s in meter.gpu_states()}
+    assert states[0].stale and not states[1].stale
