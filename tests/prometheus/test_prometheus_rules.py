@@ -115,3 +115,41 @@ def test_deviation_alert_with_two_reference_tiers_for_one_configuration(tmp_path
         ],
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_stuck_counter_alert_needs_no_idle_power_and_spares_a_moving_counter(tmp_path):
+    """A GPU whose idle power is unknown (no idle series) still gets the alert when its energy
+    counter freezes while it draws power; a GPU whose counter moves does not."""
+    stuck = 'gpu="0",uuid="GPU-a",gpu_name="g",instance="a"'
+    moving = 'gpu="1",uuid="GPU-b",gpu_name="g",instance="a"'
+    result = _promtool_test(
+        tmp_path,
+        [
+            {
+                "interval": "15s",
+                "input_series": [
+                    {"series": f"ecoguard_gpu_energy_joules_total{{{stuck}}}", "values": "5000x80"},
+                    {"series": f"ecoguard_gpu_power_watts{{{stuck}}}", "values": "100x80"},
+                    {
+                        "series": f"ecoguard_gpu_energy_joules_total{{{moving}}}",
+                        "values": "0+1500x80",
+                    },
+                    {"series": f"ecoguard_gpu_power_watts{{{moving}}}", "values": "100x80"},
+                ],
+                "promql_expr_test": [
+                    {
+                        "eval_time": "15m",
+                        "expr": 'ALERTS{alertname="EcoguardGpuEnergyCounterStuck"}',
+                        "exp_samples": [
+                            {
+                                "labels": 'ALERTS{alertname="EcoguardGpuEnergyCounterStuck",'
+                                f'alertstate="firing",{stuck},severity="warning"}}',
+                                "value": 1,
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
