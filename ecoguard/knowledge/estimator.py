@@ -400,6 +400,9 @@ def _delta_for(
         (size, sum(r.delta_vs_fp16_pct for r in rs) / len(rs), rs)  # type: ignore[misc]
         for size, rs in by_size.items()
     )
+    # Same bound as the size interpolation: a delta measured at 0.5 B says little about 100 B.
+    if not pts[0][0] / MAX_SIZE_EXTRAPOLATION <= params_b <= pts[-1][0] * MAX_SIZE_EXTRAPOLATION:
+        return None
     if len(pts) == 1 or params_b <= pts[0][0]:
         s, d, rs = pts[0]
         return d, rs, f"delta {d:+.1f}% at {s:g} B (nearest measured size)"

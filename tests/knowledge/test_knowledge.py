@@ -374,3 +374,11 @@ def test_no_estimate_says_why(params_b, precision, says):
         )
     )
     assert result.tier == "none" and says in result.method
+
+
+def test_precision_delta_is_not_borrowed_from_far_outside_the_measured_sizes():
+    """The FP16 -> NF4 change measured on 0.5-7B models must not be applied to a 30B model."""
+    from ecoguard.knowledge.estimator import _delta_for
+
+    assert _delta_for("rtx5090", 7.0, "nf4") is not None
+    assert _delta_for("rtx5090", 30.0, "nf4") is None
