@@ -99,7 +99,9 @@ def run_exporter(args: argparse.Namespace) -> int:
     port = 9464 if port is None else port
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be 0 to 65535, got {port}")
-    settings = settings.with_(metrics_port=port)
+    # The sidecar serves no generate calls, so it keeps no ledger (the workers do): no database
+    # file or writer thread of its own, and its config_info says ledger="off".
+    settings = settings.with_(metrics_port=port, ledger_path=None)
     multiproc_dir = args.multiproc_dir or os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
     if multiproc_dir is not None and not os.path.isdir(multiproc_dir):
         raise UsageError(
