@@ -119,11 +119,26 @@ def load_model(model_id: str, precision: str, *, on_cuda: bool) -> Any:
     try:
         model = AutoModelForCausalLM.from_pretrained(model_id, **kwargs)
     except OSError as exc:
+        # transformers raises OSError for a model it cannot find, but a precision's own
+        # libraries (a bitsandbytes .so) raise it too: only a model whose config does not load
+        # is unavailable for every precision.
+        if _config_loads(model_id):
+            raise CellSkipped(f"{precision} did not load: {one_line(exc)}") from exc
         raise ModelUnavailable(f"the model did not load: {one_line(exc)}") from exc
     except Exception as exc:
         raise CellSkipped(f"{precision} did not load: {one_line(exc)}") from exc
     model.eval()
     return model
+
+
+def _config_loads(model_id: str) -> bool:
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(model_id)
+    except Exception:
+        return False
+    return True
 
 
 def one_line(exc: BaseException, limit: int = 240) -> str:

@@ -172,3 +172,22 @@ def test_progress_bar_on_tty_and_plain_lines_otherwise():
     lines.call_done(cell, "run")
     assert "\r" not in plain.getvalue()
     assert plain.getvalue().splitlines() == ["bench: cell 1/1 fp16 bs1 ..."]
+
+
+def test_an_oserror_from_a_precisions_library_skips_that_cell_not_the_model(
+    tiny_llama_dir, monkeypatch
+):
+    """transformers says OSError for a missing model, but a quantization library failing to
+    load says it too: only the first makes every precision of the model unavailable."""
+    import transformers
+
+    from ecoguard.bench.loading import CellSkipped, ModelUnavailable, load_model
+
+    def broken_library(*args, **kwargs):
+        raise OSError("libbitsandbytes_cuda.so: cannot open shared object file")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", broken_library)
+    with pytest.raises(CellSkipped, match="nf4 did not load"):
+        load_model(str(tiny_llama_dir), "nf4", on_cuda=False)
+    with pytest.raises(ModelUnavailable):
+        load_model(str(tiny_llama_dir) + "-missing", "nf4", on_cuda=False)
