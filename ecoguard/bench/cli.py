@@ -165,7 +165,8 @@ def _print_header(result, dataset, out_csv) -> None:
     notice = _notice(result)
     if notice:
         print("!! " + notice)
-    where = f"{info.gpu_name} ({info.backend}, {info.tier})"
+    detail = info.backend if info.backend == info.tier else f"{info.backend}, {info.tier}"
+    where = f"{info.gpu_name} ({detail})"
     print(f"ecoguard bench: {plan.model} on {where}, device {info.device}")
     print(
         f"  {len(plan.cells)} cells: {', '.join(plan.ordered_precisions)} x batch "
