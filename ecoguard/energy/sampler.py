@@ -69,15 +69,20 @@ class Sampler:
         with self._lock:
             if self._thread is not None:
                 return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+            # A fresh event per thread: an old thread whose stop() join timed out still sees
+            # its own event set and ends, instead of running on beside the new one.
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop,), name=THREAD_NAME, daemon=True
+            )
             self._thread.start()
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop the thread and wait up to ``timeout`` s for it. Safe to call any number of times."""
         with self._lock:
             thread, self._thread = self._thread, None
-        self._stop.set()
+            stop = self._stop
+        stop.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
@@ -86,14 +91,14 @@ class Sampler:
         thread = self._thread
         return thread is not None and thread.is_alive()
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         try:
             if self._calibrate:
                 self.calibrate_all()
             self.ready.set()
             self._cpu_at_ready = time.thread_time()
             self._wall_at_ready = time.monotonic()
-            while not self._stop.wait(self.interval_s):
+            while not stop.wait(self.interval_s):
                 before = time.thread_time()
                 self.sample_once()
                 self.sample_cpu_s += time.thread_time() - before

@@ -156,3 +156,37 @@ def test_a_gpu_lost_at_startup_does_not_cost_the_others_their_measurement():
     assert record.gpu_names == ("Good GPU",) and abs(record.energy_j - 200.0) < 1e-6
     states = {s.index: s for s in meter.gpu_states()}
     assert states[0].stale and not states[1].stale
+
+
+def test_restart_after_a_timed_out_stop_leaves_one_sampler_thread():
+    """stop() gives up waiting after its timeout; a start() then must not leave the old thread
+    sampling beside the new one."""
+    import threading
+    import time
+
+    from ecoguard.energy.sampler import THREAD_NAME, Sampler
+
+    sampler = Sampler([], hz=100.0, calibrate=False)
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow_sample():
+        entered.set()
+        gate.wait(5.0)
+
+    sampler.sample_once = slow_sample
+    sampler.start()
+    assert entered.wait(5.0)
+    sampler.stop(timeout=0.01)  # the old thread is stuck inside a sample
+    sampler.sample_once = lambda: None
+    sampler.start()
+    gate.set()  # the old thread finishes its sample and must now end
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        alive = [t for t in threading.enumerate() if t.name == THREAD_NAME and t.is_alive()]
+        if len(alive) == 1:
+            break
+        time.sleep(0.02)
+    try:
+        assert len(alive) == 1
+    finally:
+        sampler.stop()
