@@ -3,14 +3,21 @@
 Per group: requests, tokens, energy (kWh), cost ($), CO2 (g), and joules per token measured beside
 the reference figure for the same configurations (token-weighted over the calls that had one), with
 the tiers of both. Text output ends with an ASCII bar chart of energy per group.
+
+The figures are aggregated inside SQLite (one ``GROUP BY`` pass for the groups and one pass for the
+total), so a ledger of millions of calls is never read into Python. The rows feed each aggregate in
+``timestamp`` order, the order :func:`_summary` sums them in, and the grouping keys are those of
+:func:`_group_key`: the SQL computes the common cases and calls back into Python for the rest
+(a day within a second of local midnight or outside 1971-2036, GPU names that are not plain
+``json.dumps`` output), so the report is the same as summing the rows in Python.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import re
 import sqlite3
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +43,146 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     return when.timestamp()
 
 
+def _day_of(timestamp: float) -> str:
+    """The local calendar day of ``timestamp`` (the ``day`` grouping)."""
+    return _dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d")
+
+
+def _gpu_key(gpu_names: Any) -> str:
+    """The ``gpu`` grouping of a row's ``gpu_names`` (decoded list, or the JSON text stored)."""
+    names = json.loads(gpu_names) if isinstance(gpu_names, str) and gpu_names else gpu_names
+    names = names or []
+    return ", ".join(names) if names else "(no GPU)"
+
+
 def _group_key(row: dict[str, Any], by: str) -> str:
     if by == "model":
         return row.get("model_name") or "(unknown model)"
     if by == "day":
-        return _dt.datetime.fromtimestamp(row["timestamp"]).strftime("%Y-%m-%d")
-    names = row.get("gpu_names") or []
-    return ", ".join(names) if names else "(no GPU)"
+        return _day_of(row["timestamp"])
+    return _gpu_key(row.get("gpu_names"))
+
+
+# The grouping keys in SQL, the same as _group_key on the row read back.
+_MODEL_SQL = "COALESCE(NULLIF(model_name, ''), '(unknown model)')"
+# SQLite's 'localtime' and Python's fromtimestamp both ask the C library's localtime() about the
+# whole second, but round the fraction differently (to the millisecond vs the microsecond). They
+# can only disagree about the day when the local date changes within a second of the call, and
+# SQLite maps years outside 1971-2037 onto others for DST: those rows ask Python.
+_DAY_SQL = """CASE WHEN timestamp BETWEEN 31622400 AND 2114380800
+        AND date(timestamp - 1, 'unixepoch', 'localtime')
+            = date(timestamp + 1, 'unixepoch', 'localtime')
+    THEN date(timestamp, 'unixepoch', 'localtime')
+    ELSE ecoguard_day(timestamp) END"""
+# gpu_names is json.dumps(list of names): '["A", "B"]' -> "A, B" in SQL when the names are plain
+# printable ASCII without quotes or backslashes (then the only '", "' are the separators);
+# anything else (escapes, other spacing, 'null') is decoded by Python.
+_GPU_INNER = "substr(gpu_names, 3, length(gpu_names) - 4)"
+_GPU_SQL = f"""CASE WHEN gpu_names IS NULL OR gpu_names IN ('', '[]') THEN '(no GPU)'
+    WHEN length(gpu_names) >= 4 AND substr(gpu_names, 1, 2) = '["'
+        AND substr(gpu_names, -2) = '"]' AND NOT gpu_names GLOB '*[^ -~]*'
+        AND instr(gpu_names, '\\') = 0
+        AND instr(replace({_GPU_INNER}, '", "', ''), '"') = 0
+    THEN replace({_GPU_INNER}, '", "', ', ')
+    ELSE ecoguard_gpu_key(gpu_names) END"""
+_KEY_SQL = {"model": _MODEL_SQL, "day": _DAY_SQL, "gpu": _GPU_SQL}
+
+# A call counts toward the reference J/token when it has a reference and tokens (as _summary).
+_WITH_REFERENCE = "(ref IS NOT NULL AND tokens <> 0)"
+# _summary's figures as aggregates over the ledger's rows. TOTAL is a float sum (as Python's sum
+# of the REAL columns); COUNT beside it tells "no value" (None) from 0.0. Tier names are collected
+# hex-encoded so that a comma in one cannot split it.
+_AGGREGATES = f"""COUNT(*),
+    TOTAL(energy_j),
+    COALESCE(SUM(tokens), 0),
+    COALESCE(SUM(requests), 0),
+    COUNT(cost_usd), TOTAL(cost_usd),
+    COUNT(co2_g), TOTAL(co2_g),
+    SUM(CASE WHEN {_WITH_REFERENCE} THEN tokens END),
+    TOTAL(CASE WHEN {_WITH_REFERENCE} THEN ref * tokens END),
+    TOTAL(CASE WHEN {_WITH_REFERENCE} THEN energy_j END),
+    group_concat(DISTINCT CASE WHEN {_WITH_REFERENCE} AND reference_tier <> ''
+        THEN hex(reference_tier) END),
+    group_concat(DISTINCT CASE WHEN tier <> '' THEN hex(tier) END),
+    COUNT(CASE WHEN complete = 0 THEN 1 END),
+    MIN(timestamp)"""
+
+
+def _rows_sql(by: str | None, where: str) -> str:
+    """The ledger's rows (with their grouping key ``k``) in the order read_rows gives them."""
+    key = "NULL" if by is None else _KEY_SQL[by]
+    return (
+        f"SELECT {key} AS k, timestamp, energy_j, tokens, requests, cost_usd, co2_g, "
+        f"reference_j_per_token AS ref, reference_tier, tier, complete "
+        f"FROM generations{where} ORDER BY timestamp"
+    )
+
+
+def _aggregate(
+    conn: sqlite3.Connection, by: str, since: float | None
+) -> tuple[list[tuple[str, dict[str, Any], float]], dict[str, Any]]:
+    """(key, summary, first timestamp) per group, in key order, and the total's summary."""
+    where, params = ("", ()) if since is None else (" WHERE timestamp >= ?", (since,))
+    # An aggregate over an ORDER BY subquery: SQLite keeps the order (it is not flattened), so
+    # each sum adds the rows oldest first, as _summary does over read_rows.
+    groups = [
+        (row[0], _summary_of(row[1:-1]), row[-1])
+        for row in conn.execute(
+            f"SELECT k, {_AGGREGATES} FROM ({_rows_sql(by, where)}) GROUP BY k ORDER BY k", params
+        )
+    ]
+    total = conn.execute(f"SELECT {_AGGREGATES} FROM ({_rows_sql(None, where)})", params).fetchone()
+    return groups, _summary_of(total[:-1])
+
+
+def _tiers(hex_list: str | None) -> list[str]:
+    return sorted(
+        {bytes.fromhex(h).decode("utf-8") for h in hex_list.split(",")} if hex_list else ()
+    )
+
+
+def _summary_of(values: tuple[Any, ...]) -> dict[str, Any]:
+    """_summary's dict from the columns of _AGGREGATES (without the first timestamp)."""
+    (
+        calls,
+        energy_j,
+        tokens,
+        requests,
+        cost_count,
+        cost_usd,
+        co2_count,
+        co2_g,
+        ref_tokens,
+        ref_weighted,
+        energy_on_ref,
+        reference_tiers,
+        tiers,
+        incomplete,
+    ) = values
+    if not calls:
+        return _summary([])
+    return {
+        "requests": requests,
+        "calls": calls,
+        "tokens": tokens,
+        "energy_j": energy_j,
+        "energy_kwh": energy_j / JOULES_PER_KWH,
+        "cost_usd": cost_usd if cost_count else None,
+        "co2_g": co2_g if co2_count else None,
+        "joules_per_token": energy_j / tokens if tokens else None,
+        "joules_per_token_where_reference": energy_on_ref / ref_tokens if ref_tokens else None,
+        "reference_j_per_token": ref_weighted / ref_tokens if ref_tokens else None,
+        "reference_tiers": _tiers(reference_tiers),
+        "tiers": _tiers(tiers),
+        "incomplete_calls": incomplete,
+    }
 
 
 def build_report(
     ledger: str | Path, *, since: float | None = None, by: str = "model"
 ) -> dict[str, Any]:
     """Aggregate the ledger at ``ledger``. Missing file -> an empty report with a note."""
-    from ecoguard.export.ledger import read_rows
+    from ecoguard.export.ledger import connect
 
     if by not in GROUPINGS:
         raise UsageError(f"unknown grouping {by!r}; accepted: {', '.join(GROUPINGS)}")
@@ -70,16 +203,22 @@ def build_report(
         )
         return report
     try:
-        rows = read_rows(path, since=since)
+        conn = connect(path, readonly=True)
+        try:
+            conn.create_function("ecoguard_day", 1, _day_of, deterministic=True)
+            conn.create_function("ecoguard_gpu_key", 1, _gpu_key, deterministic=True)
+            groups, total = _aggregate(conn, by, since)
+        finally:
+            conn.close()
     except sqlite3.DatabaseError as exc:
         raise UsageError(f"{path} is not a readable ecoguard ledger ({exc})") from None
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        groups[_group_key(row, by)].append(row)
-    ordered = sorted(groups.items(), key=lambda kv: kv[0] if by == "day" else -_energy(kv[1]))
-    report["groups"] = [{"key": key, **_summary(items)} for key, items in ordered]
-    report["total"] = _summary(rows)
-    if not rows:
+    if by != "day":
+        # Most energy first; ties in the order the groups first appear in the ledger (as the
+        # stable sort over groups met in timestamp order did).
+        groups.sort(key=lambda group: (-group[1]["energy_j"], group[2]))
+    report["groups"] = [{"key": key, **summary} for key, summary, _ in groups]
+    report["total"] = total
+    if not total["calls"]:
         report["note"] = "no generate calls recorded in this period"
     return report
 
