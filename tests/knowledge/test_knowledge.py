@@ -40,8 +40,7 @@ def _deployment(model, gpu, precision, bs=1, gen=None, prompt=None) -> Deploymen
     )
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/reference-data is absent")
-def test_build_script_reproduces_data(tmp_path):
+def _build_script():
     spec = importlib.util.spec_from_file_location(
         "build_reference", REPO / "tools/build_reference.py"
     )
@@ -51,6 +50,12 @@ def test_build_script_reproduces_data(tmp_path):
         spec.loader.exec_module(module)
     finally:
         sys.modules.pop("build_reference", None)
+    return module
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/reference-data is absent")
+def test_build_script_reproduces_data(tmp_path):
+    module = _build_script()
     module.build(SHARED, tmp_path)
     for name in ("reference_rows.json", "README.md"):
         assert (tmp_path / name).read_bytes() == (REPO / "data" / name).read_bytes(), name
@@ -382,3 +387,14 @@ def test_precision_delta_is_not_borrowed_from_far_outside_the_measured_sizes():
 
     assert _delta_for("rtx5090", 7.0, "nf4") is not None
     assert _delta_for("rtx5090", 30.0, "nf4") is None
+
+
+def test_build_rows_and_loaded_rows_share_one_schema():
+    """The build script writes rows the package reads back, ignoring unknown keys: a field
+    added on one side only would vanish silently, so both must list the same fields."""
+    import dataclasses
+
+    from ecoguard.knowledge.records import ReferenceRow
+
+    built = {f.name for f in dataclasses.fields(_build_script().Row)}
+    assert built == {f.name for f in dataclasses.fields(ReferenceRow)}
