@@ -247,6 +247,86 @@ def _number(value: object) -> float | None:
     return number if number == number and number not in (float("inf"), float("-inf")) else None
 
 
+@dataclass(frozen=True, slots=True)
+class _RecordFacts:
+    """A GenerationRecord's figures, checked once for both sinks (in-process aggregates and
+    multiprocess worker files): a field that is missing or out of range is None and skipped."""
+
+    energy_j: float | None
+    tokens: float | None
+    requests: float | None
+    batch_size: float | None
+    cost_usd: float | None
+    co2_g: float | None
+    reference_j_per_token: float | None
+    reference_tier: str
+    batching_saved_j: float | None
+
+    @classmethod
+    def of(cls, record: Any) -> _RecordFacts:
+        def at_least(name: str, low: float, *, strict: bool = False) -> float | None:
+            value = _number(getattr(record, name, None))
+            if value is None or value < low or (strict and value == low):
+                return None
+            return value
+
+        return cls(
+            energy_j=at_least("energy_j", 0.0),
+            tokens=at_least("tokens", 0.0),
+            requests=at_least("requests", 0.0, strict=True),
+            batch_size=at_least("batch_size", 0.0, strict=True),
+            cost_usd=at_least("cost_usd", 0.0),
+            co2_g=at_least("co2_g", 0.0),
+            reference_j_per_token=at_least("reference_j_per_token", 0.0, strict=True),
+            reference_tier=_label(getattr(record, "reference_tier", None)),
+            batching_saved_j=batching_saved_energy_j(record),
+        )
+
+    @property
+    def energy_per_request_j(self) -> float | None:
+        """Each request in the call gets an equal share of the call's energy."""
+        if self.energy_j is None or self.requests is None:
+            return None
+        return self.energy_j / self.requests
+
+
+class _ModelLabels:
+    """The ``model_name`` label with bounded cardinality: the first ``max_models`` names keep
+    their own series, later ones are counted under ``other`` (and remembered as folded)."""
+
+    def __init__(self, max_models: int) -> None:
+        if max_models < 1:
+            raise ValueError(f"max_models must be >= 1, got {max_models!r}")
+        self.max_models = max_models
+        self._lock = threading.Lock()
+        self._models: set[str] = set()
+        self._folded: set[str] = set()
+
+    def label(self, model_name: object) -> str:
+        name = _label(model_name)
+        with self._lock:
+            if name in self._models:
+                return name
+            if len(self._models) < self.max_models:
+                self._models.add(name)
+                return name
+            self._folded.add(name)
+        return OTHER
+
+    @property
+    def folded(self) -> int:
+        with self._lock:
+            return len(self._folded)
+
+
+def _generation_key(labels: _ModelLabels, record: Any) -> tuple[str, str, str]:
+    return (
+        labels.label(getattr(record, "model_name", None)),
+        _label(getattr(record, "precision", None)),
+        _gpu_name_label(getattr(record, "gpu_names", None)),
+    )
+
+
 class GenerationAggregates:
     """Totals of generation records and findings, fed by ``ecoguard.events``.
 
@@ -256,12 +336,9 @@ class GenerationAggregates:
     """
 
     def __init__(self, *, max_models: int = DEFAULT_MAX_MODELS) -> None:
-        if max_models < 1:
-            raise ValueError(f"max_models must be >= 1, got {max_models!r}")
+        self._labels = _ModelLabels(max_models)
         self.max_models = max_models
         self._lock = threading.Lock()
-        self._models: set[str] = set()
-        self._folded: set[str] = set()
         self._generation: dict[tuple[str, str, str], _Totals] = {}
         self._reference: dict[tuple[str, str, str], tuple[float, str]] = {}
         self._findings: dict[tuple[str, str, str], float] = {}
@@ -289,58 +366,34 @@ class GenerationAggregates:
         return bool(self._unsubscribers)
 
     # -- feeding --------------------------------------------------------------------------
-    def _model_label(self, model_name: object) -> str:
-        """Caller holds the lock."""
-        name = _label(model_name)
-        if name in self._models:
-            return name
-        if len(self._models) < self.max_models:
-            self._models.add(name)
-            return name
-        self._folded.add(name)
-        return OTHER
-
     def observe_record(self, record: Any) -> None:
         """Add one GenerationRecord (ecoguard.energy). Fields that are None are skipped."""
-        energy_j = _number(getattr(record, "energy_j", None))
-        tokens = _number(getattr(record, "tokens", None))
-        requests = _number(getattr(record, "requests", None))
-        batch_size = _number(getattr(record, "batch_size", None))
-        cost_usd = _number(getattr(record, "cost_usd", None))
-        co2_g = _number(getattr(record, "co2_g", None))
-        reference = _number(getattr(record, "reference_j_per_token", None))
-        saved_j = batching_saved_energy_j(record)
+        facts = _RecordFacts.of(record)
+        key = _generation_key(self._labels, record)
         with self._lock:
-            key = (
-                self._model_label(getattr(record, "model_name", None)),
-                _label(getattr(record, "precision", None)),
-                _gpu_name_label(getattr(record, "gpu_names", None)),
-            )
             totals = self._generation.get(key)
             if totals is None:
                 totals = self._generation[key] = _Totals()
             totals.calls += 1
-            if energy_j is not None and energy_j >= 0:
-                totals.energy_j += energy_j
-            if tokens is not None and tokens >= 0:
-                totals.tokens += tokens
-            if requests is not None and requests > 0:
-                totals.requests += requests
-                if energy_j is not None and energy_j >= 0:
-                    # Each request in the call gets an equal share of the call's energy.
-                    totals.request_energy.observe(energy_j / requests, weight=requests)
-            if batch_size is not None and batch_size > 0:
-                totals.batch_size.observe(batch_size)
-            if saved_j is not None:
-                totals.batching_saved_j += saved_j
-            if cost_usd is not None and cost_usd >= 0:
-                totals.cost_usd += cost_usd
-            if co2_g is not None and co2_g >= 0:
-                totals.co2_g += co2_g
+            if facts.energy_j is not None:
+                totals.energy_j += facts.energy_j
+            if facts.tokens is not None:
+                totals.tokens += facts.tokens
+            if facts.requests is not None:
+                totals.requests += facts.requests
+            if facts.energy_per_request_j is not None:
+                totals.request_energy.observe(facts.energy_per_request_j, weight=facts.requests)
+            if facts.batch_size is not None:
+                totals.batch_size.observe(facts.batch_size)
+            if facts.batching_saved_j is not None:
+                totals.batching_saved_j += facts.batching_saved_j
+            if facts.cost_usd is not None:
+                totals.cost_usd += facts.cost_usd
+            if facts.co2_g is not None:
+                totals.co2_g += facts.co2_g
             # The reference for a folded model is meaningless under "other": skip it.
-            if reference is not None and reference > 0 and key[0] != OTHER:
-                tier = _label(getattr(record, "reference_tier", None))
-                self._reference[key] = (reference, tier)
+            if facts.reference_j_per_token is not None and key[0] != OTHER:
+                self._reference[key] = (facts.reference_j_per_token, facts.reference_tier)
 
     def observe_finding(self, event: Any) -> None:
         """Count one FindingEvent(finding, action, source); plain tuples are accepted too."""
@@ -355,7 +408,7 @@ class GenerationAggregates:
                 generation={k: v.copy() for k, v in self._generation.items()},
                 reference=dict(self._reference),
                 findings=dict(self._findings),
-                folded_models=len(self._folded),
+                folded_models=self._labels.folded,
             )
 
 
@@ -723,8 +776,7 @@ class _MultiprocessSink:
         from prometheus_client import Counter, Gauge, Histogram
 
         registry = CollectorRegistry(auto_describe=False)
-        self._lock = threading.Lock()
-        self._models: set[str] = set()
+        self._labels = _ModelLabels(max_models)
         self.max_models = max_models
         labels = GENERATION_LABELS
         self.energy = Counter(
@@ -780,49 +832,33 @@ class _MultiprocessSink:
             registry=registry,
         )
 
-    def _model_label(self, model_name: object) -> str:
-        name = _label(model_name)
-        with self._lock:
-            if name in self._models:
-                return name
-            if len(self._models) < self.max_models:
-                self._models.add(name)
-                return name
-        return OTHER
-
     def observe_record(self, record: Any) -> None:
-        key = (
-            self._model_label(getattr(record, "model_name", None)),
-            _label(getattr(record, "precision", None)),
-            _gpu_name_label(getattr(record, "gpu_names", None)),
-        )
-        energy_j = _number(getattr(record, "energy_j", None))
-        tokens = _number(getattr(record, "tokens", None))
-        requests = _number(getattr(record, "requests", None))
-        batch_size = _number(getattr(record, "batch_size", None))
+        facts = _RecordFacts.of(record)
+        key = _generation_key(self._labels, record)
         self.calls.labels(*key).inc()
-        if energy_j is not None and energy_j >= 0:
-            self.energy.labels(*key).inc(energy_j)
-        if tokens is not None and tokens >= 0:
-            self.tokens.labels(*key).inc(tokens)
-        if requests is not None and requests > 0:
-            self.requests.labels(*key).inc(requests)
-            if energy_j is not None and energy_j >= 0:
-                child = self.request_energy.labels(*key)
-                for _ in range(min(int(requests), 1024)):
-                    child.observe(energy_j / requests)
-        if batch_size is not None and batch_size > 0:
-            self.batch.labels(*key).observe(batch_size)
-        if (saved_j := batching_saved_energy_j(record)) is not None:
-            self.batching_saved.labels(*key).inc(saved_j)
-        if (cost := _number(getattr(record, "cost_usd", None))) is not None and cost >= 0:
-            self.cost.labels(*key).inc(cost)
-        if (co2 := _number(getattr(record, "co2_g", None))) is not None and co2 >= 0:
-            self.co2.labels(*key).inc(co2)
-        reference = _number(getattr(record, "reference_j_per_token", None))
-        if reference is not None and reference > 0 and key[0] != OTHER:
-            tier = _label(getattr(record, "reference_tier", None))
-            self.reference.labels(*key, tier).set(reference)
+        if facts.energy_j is not None:
+            self.energy.labels(*key).inc(facts.energy_j)
+        if facts.tokens is not None:
+            self.tokens.labels(*key).inc(facts.tokens)
+        if facts.requests is not None:
+            self.requests.labels(*key).inc(facts.requests)
+        if facts.energy_per_request_j is not None:
+            # prometheus_client's Histogram has no weighted observe: one observation per
+            # request, capped so a huge batch cannot stall the caller (the in-process path
+            # weights exactly).
+            child = self.request_energy.labels(*key)
+            for _ in range(min(int(facts.requests), 1024)):
+                child.observe(facts.energy_per_request_j)
+        if facts.batch_size is not None:
+            self.batch.labels(*key).observe(facts.batch_size)
+        if facts.batching_saved_j is not None:
+            self.batching_saved.labels(*key).inc(facts.batching_saved_j)
+        if facts.cost_usd is not None:
+            self.cost.labels(*key).inc(facts.cost_usd)
+        if facts.co2_g is not None:
+            self.co2.labels(*key).inc(facts.co2_g)
+        if facts.reference_j_per_token is not None and key[0] != OTHER:
+            self.reference.labels(*key, facts.reference_tier).set(facts.reference_j_per_token)
 
     def observe_finding(self, event: Any) -> None:
         self.findings.labels(*_finding_key(event)).inc()
