@@ -15,6 +15,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from ecoguard.audit.extract import Extractor, RawNote, Site
+from ecoguard.audit.launch import audit_launch_text, is_launch_file
 from ecoguard.audit.result import AuditNote, AuditResult, FileProblem
 from ecoguard.audit.sources import Text, discover, read_source
 from ecoguard.deployment import GpuSpec, ModelSpec
@@ -51,6 +52,9 @@ def audit_paths(
         text = read_source(source)
         if isinstance(text, FileProblem):
             result.problems.append(text)
+            continue
+        if is_launch_file(source.display):
+            result.extend(audit_launch_text(text.text, source.display, gpu_spec))
             continue
         result.extend(_audit_text(text, source.display, gpu_spec))
     return result.sort()

@@ -67,7 +67,9 @@ class FileProblem:
         return out
 
 
-SKIP_KINDS = frozenset({"symlink-loop", "symlink-outside"})
+# ``template`` (an unrendered Helm chart) and ``needs-dependency`` (YAML without PyYAML) are
+# launch files skipped on purpose, with the way to audit them in the message.
+SKIP_KINDS = frozenset({"symlink-loop", "symlink-outside", "template", "needs-dependency"})
 
 
 @dataclass(slots=True)

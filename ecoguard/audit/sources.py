@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ecoguard.audit.result import FileProblem
+from ecoguard.engines.launch_files import launch_kind
 
 # Larger files are reported, not read: generated or vendored code, and a cheap guard against
 # a file that would make the parser churn.
@@ -130,7 +131,7 @@ def _walk(
                     problems.append(FileProblem(display, "unreadable", _reason(exc)))
                 continue
             if is_link and not _inside(target, root):
-                if stat.S_ISDIR(mode) or entry.name.endswith(SUFFIXES):
+                if stat.S_ISDIR(mode) or _wanted(entry.name):
                     problems.append(
                         FileProblem(
                             display,
@@ -143,7 +144,7 @@ def _walk(
                 if entry.name.startswith(".") or entry.name in SKIP_DIRS:
                     continue
                 subdirs.append((target.resolve(), shown, rel + "/"))
-            elif stat.S_ISREG(mode) and entry.name.endswith(SUFFIXES):
+            elif stat.S_ISREG(mode) and _wanted(entry.name):
                 yield SourceFile(display, target.resolve(), via_link=is_link)
         stack.extend(reversed(subdirs))
 
@@ -217,6 +218,12 @@ def _notebook(display: str, data: bytes) -> Text | FileProblem:
         if len(lines) >= first:
             ranges.append((number, first, len(lines)))
     return Text("\n".join(lines) + "\n", tuple(mapping), tuple(ranges))
+
+
+def _wanted(name: str) -> bool:
+    """Python sources, notebooks, and launch files that may start a serving engine (shell
+    scripts, Dockerfiles, YAML: see ``ecoguard.engines.launch_files``)."""
+    return name.endswith(SUFFIXES) or launch_kind(name) is not None
 
 
 def _display(path: Path) -> str:
