@@ -309,7 +309,10 @@ def money_for(
     return {
         "requests": monthly.get("requests"),
         "energy_kwh": kwh,
+        "energy_kwh_range": monthly.get("energy_kwh_range"),
         "cost_usd": usd,
+        "cost_usd_range": monthly.get("cost_usd_range") if usd == monthly.get("cost_usd") else None,
+        "co2_kg_range": monthly.get("co2_kg_range"),
         "cost_cny": cny,
         "co2_kg": monthly.get("co2_kg"),
         "currency": currency if (currency != "CNY" or cny is not None) else "USD",
@@ -351,9 +354,11 @@ def compare(
             "precision": precision,
             "throughput_tok_s": _figure(est, "throughput_tok_s"),
             "energy_per_1k_tokens_j": energy,
+            "energy_per_1k_tokens_j_range": est.get("energy_per_1k_tokens_j_range"),
             "delta_vs_fp16_pct": (
                 round((energy / base_energy - 1.0) * 100.0, 1) if energy and base_energy else None
             ),
+            "paired_deltas": list(est.get("paired_deltas") or ()),
             "tokens_per_j": _figure(est, "tokens_per_j"),
             "vram_gb": _figure(est, "vram_gb"),
             "latency_s": _figure(est, "latency_s"),

@@ -232,6 +232,14 @@ def _fmt(value: Any, digits: int = 0) -> str:
     return str(value)
 
 
+def _fmt_range(value: Any, bounds: Any, digits: int = 0) -> str:
+    """``5,030 (4,300-5,600)``: a figure with its p10-p90 range when it has one."""
+    text = _fmt(value, digits)
+    if value is None or not bounds or len(bounds) != 2 or None in bounds:
+        return text
+    return f"{text} ({_fmt(bounds[0], digits)}-{_fmt(bounds[1], digits)})"
+
+
 def _money(usd: float | None, cny: float | None = None, currency: str = "USD") -> str:
     if currency == "CNY" and cny is not None:
         text = f"¥{cny:,.2f}"
@@ -423,7 +431,7 @@ def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
             [
                 r["precision"],
                 _fmt(r["throughput_tok_s"], 1),
-                _fmt(r["energy_per_1k_tokens_j"]),
+                _fmt_range(r["energy_per_1k_tokens_j"], r.get("energy_per_1k_tokens_j_range")),
                 ("-" if r["delta_vs_fp16_pct"] is None else f"{r['delta_vs_fp16_pct']:+.1f}%"),
                 _fmt(r["tokens_per_j"], 3),
                 _fmt(r["vram_gb"], 1),
@@ -459,6 +467,7 @@ def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     if chart:
         out += ["```", *chart, "```"] if markdown else chart
         out.append("")
+    out += _paired_lines(answer, L)
     if result.recommendation:
         rec = result.recommendation
         delta = rec.get("delta_vs_fp16_pct")
@@ -471,6 +480,33 @@ def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                 tier=_tier(L, rec["tier"]),
             )
         )
+        out.append("")
+    return out
+
+
+def _paired_lines(answer: Answer, L: dict[str, str]) -> list[str]:
+    """Each precision's change vs FP16 as measured in the same session, per session: the
+    figure in the table is their median."""
+    out = []
+    en = answer.language == "en"
+    for r in answer.result.rows:
+        pairs = r.get("paired_deltas") or []
+        if not pairs:
+            continue
+        parts = L["semicolon"].join(
+            f"{p['delta_pct']:+.1f}% ({p['source'].rsplit('/', 1)[-1]}"
+            + ("" if p["session"] == "-" else f", {'session' if en else '会话'} {p['session']}")
+            + ")"
+            for p in pairs
+        )
+        if en:
+            out.append(
+                f"{r['precision']} vs FP16, same-session pairs: {parts}; the table uses their "
+                "median"
+            )
+        else:
+            out.append(f"{r['precision']} 相对 FP16（同一会话配对）：{parts}；表中取其中位数")
+    if out:
         out.append("")
     return out
 
@@ -627,19 +663,23 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
     rows = [
         [
             L["h_j_1k"],
-            _fmt(cur.get("energy_per_1k_tokens_j")),
-            _fmt(opt.get("energy_per_1k_tokens_j")),
+            _fmt_range(cur.get("energy_per_1k_tokens_j"), cur.get("energy_per_1k_tokens_j_range")),
+            _fmt_range(opt.get("energy_per_1k_tokens_j"), opt.get("energy_per_1k_tokens_j_range")),
         ],
         [
             L["r_j_request"],
-            _fmt(cur.get("energy_per_request_j")),
-            _fmt(opt.get("energy_per_request_j")),
+            _fmt_range(cur.get("energy_per_request_j"), cur.get("energy_per_request_j_range")),
+            _fmt_range(opt.get("energy_per_request_j"), opt.get("energy_per_request_j_range")),
         ],
         [L["h_tok_s"], _fmt(cur.get("throughput_tok_s"), 1), _fmt(opt.get("throughput_tok_s"), 1)],
         [L["h_w"], _fmt(cur.get("power_w")), _fmt(opt.get("power_w"))],
         [L["h_vram"], _fmt(cur.get("vram_gb"), 1), _fmt(opt.get("vram_gb"), 1)],
         [L["r_requests_month"], _fmt(cur_m.get("requests")), _fmt(opt_m.get("requests"))],
-        [L["r_kwh_month"], _fmt(cur_m.get("energy_kwh"), 2), _fmt(opt_m.get("energy_kwh"), 2)],
+        [
+            L["r_kwh_month"],
+            _fmt_range(cur_m.get("energy_kwh"), cur_m.get("energy_kwh_range"), 2),
+            _fmt_range(opt_m.get("energy_kwh"), opt_m.get("energy_kwh_range"), 2),
+        ],
         [
             L["r_cost_month"],
             _money(mc.get("cost_usd", cur_m.get("cost_usd")), mc.get("cost_cny"), currency),
@@ -647,7 +687,11 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
             if opt
             else "-",
         ],
-        [L["r_co2_month"], _fmt(cur_m.get("co2_kg"), 2), _fmt(opt_m.get("co2_kg"), 2)],
+        [
+            L["r_co2_month"],
+            _fmt_range(cur_m.get("co2_kg"), cur_m.get("co2_kg_range"), 2),
+            _fmt_range(opt_m.get("co2_kg"), opt_m.get("co2_kg_range"), 2),
+        ],
         [
             L["h_tier"],
             _tier(L, cur.get("tier", "none")),

@@ -24,6 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     data.add_argument("--tier", choices=("measured", "reported", "local"), help="filter by tier")
     data.add_argument("--gpus", action="store_true", help="list GPU profiles")
     data.add_argument("--models", action="store_true", help="list the model registry")
+    data.add_argument(
+        "--validate",
+        action="store_true",
+        help="score the estimator by hold-out (each configuration, each GPU): error, coverage",
+    )
     data.set_defaults(func=_data)
 
     est = sub.add_parser(
@@ -44,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     est.add_argument("--generation-tokens", type=int, default=None)
     est.add_argument("--requests-per-month", type=int, default=None)
     est.add_argument("--region", default=None, help="us, china, eu, uk, fr, de, in, jp, ca")
+    est.add_argument(
+        "--holdout",
+        choices=("config", "gpu"),
+        default=None,
+        help="answer as if the rows of this configuration (or this whole GPU) were absent",
+    )
     est.add_argument("--json", action="store_true", help="machine-readable output")
     est.set_defaults(func=_estimate)
 
@@ -54,6 +65,8 @@ def _data(args: argparse.Namespace) -> int:
 
     from ecoguard.knowledge import find_rows, gpu_profiles, model_registry
 
+    if args.validate:
+        return _validate(args.json)
     if args.gpus:
         profiles = [p.to_dict() for p in gpu_profiles().values()]
         if args.json:
@@ -99,6 +112,39 @@ def _data(args: argparse.Namespace) -> int:
     print(f"{'GPU':<13} {'precision':<16} {'tier':<9} rows")
     for entry in table:
         print(f"{entry['gpu']:<13} {entry['precision']:<16} {entry['tier']:<9} {entry['rows']}")
+    return 0
+
+
+def _validate(as_json: bool) -> int:
+    """Run both hold-outs now (not the shipped table) and print error and coverage."""
+    import json
+
+    from ecoguard.knowledge.validation import MODES, holdout_points, summary
+
+    result = {mode: summary(holdout_points(mode), mode) for mode in MODES}
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return 0
+    labels = {"config": "leave one configuration out", "gpu": "leave one GPU out"}
+    print("How far to trust the estimator (hold-out over every measured configuration;")
+    print("error = estimate / hidden measurement - 1; coverage = hidden value inside p10-p90)")
+    for mode in MODES:
+        s = result[mode]
+        print(
+            f"\n{labels[mode]}: {s['answered']} of {s['configurations']} answered, median "
+            f"|error| {s['median_abs_error_pct']}%, p90 {s['p90_abs_error_pct']}%, coverage "
+            f"{s['coverage_pct']}%, median interval width {s['median_width_pct']}%"
+        )
+        print(f"  {'method':<16} {'n':>3} {'median':>8} {'p90':>8} {'coverage':>9}")
+        for family, m in s["by_method"].items():
+
+            def pct(value):
+                return "-" if value is None else f"{value}%"
+
+            print(
+                f"  {family:<16} {m['n']:>3} {pct(m['median_abs_error_pct']):>8} "
+                f"{pct(m['p90_abs_error_pct']):>8} {pct(m['coverage_pct']):>9}"
+            )
     return 0
 
 
@@ -158,7 +204,12 @@ def _estimate(args: argparse.Namespace) -> int:
         prompt_tokens=args.prompt_tokens,
         generation_tokens=args.generation_tokens,
     )
-    result = estimate(deployment, settings=settings, requests_per_month=args.requests_per_month)
+    result = estimate(
+        deployment,
+        settings=settings,
+        requests_per_month=args.requests_per_month,
+        holdout=args.holdout,
+    )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
         return 0
@@ -170,6 +221,13 @@ def _print_estimate(result, vram_available_gb: float) -> None:
     def fmt(value, unit, digits=1):
         return "unknown" if value is None else f"{value:,.{digits}f} {unit}"
 
+    def fmt_range(value, bounds, unit, digits):
+        if value is None:
+            return "unknown"
+        if bounds is None:
+            return fmt(value, unit, digits)
+        return f"{value:,.{digits}f} {unit} ({bounds[0]:,.{digits}f}-{bounds[1]:,.{digits}f})"
+
     d = result.deployment
     print(
         f"{d.model.id or f'{d.model.params_b:g}B model'} on {d.gpu.profile}, {d.precision}, "
@@ -177,8 +235,8 @@ def _print_estimate(result, vram_available_gb: float) -> None:
     )
     print(f"  tier: {result.tier} (confidence {result.confidence})")
     print(
-        f"  energy:     {fmt(result.energy_per_1k_tokens_j, 'J per 1k tokens')}, "
-        f"{fmt(result.energy_per_request_j, 'J per request', 2)}"
+        f"  energy:     {fmt_range(result.energy_per_1k_tokens_j, result.energy_per_1k_tokens_j_range, 'J per 1k tokens', 0)}, "
+        f"{fmt_range(result.energy_per_request_j, result.energy_per_request_j_range, 'J per request', 2)}"
     )
     print(
         f"  power:      {fmt(result.power_w, 'W')}   throughput: {fmt(result.throughput_tok_s, 'tok/s')}"
@@ -189,10 +247,32 @@ def _print_estimate(result, vram_available_gb: float) -> None:
         vram += f"  (exceeds {vram_available_gb:g} GB on this GPU)"
     print(f"  VRAM need:  {vram}")
     m = result.monthly
+
+    def monthly(value, bounds, unit):
+        if value is None:
+            return "unknown"
+        if bounds is None:
+            return f"{value:,.2f} {unit}"
+        return f"{value:,.2f} {unit} ({bounds[0]:,.2f}-{bounds[1]:,.2f})"
+
     print(
         f"  monthly ({m.requests:,} requests, {m.region}, PUE {m.pue:g}): "
-        f"{fmt(m.energy_kwh, 'kWh', 2)}, {fmt(m.cost_usd, 'USD', 2)}, {fmt(m.co2_kg, 'kg CO2', 2)}"
+        f"{monthly(m.energy_kwh, m.energy_kwh_range, 'kWh')}, "
+        f"{monthly(m.cost_usd, m.cost_usd_range, 'USD')}, "
+        f"{monthly(m.co2_kg, m.co2_kg_range, 'kg CO2')}"
     )
+    if result.energy_per_1k_tokens_j_range is not None:
+        basis = (
+            "spread of its sessions"
+            if result.holdout_error_pct is None
+            else f"{result.family} method, hold-out error median {result.holdout_error_pct[0]}%"
+            f" / p90 {result.holdout_error_pct[1]}%"
+        )
+        print(f"  range:      p10-p90 ({basis})")
+    for source, session, delta in result.paired_deltas:
+        print(f"  paired:     {delta:+.1f}% in session {session} of {source}")
+    if result.carried_from:
+        print(f"  carried from: {', '.join(result.carried_from)}")
     print(f"  method: {result.method}")
     for note in result.assumptions:
         print(f"  assumed: {note}")

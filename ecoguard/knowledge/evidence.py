@@ -1,0 +1,448 @@
+"""The reference rows organised the way a comparison needs them: configurations, sessions and
+same-session pairs.
+
+A *configuration* is one (GPU, model, precision, batch size). A *session* is one run of an
+experiment (one source file and its ``session`` label): sessions of the same configuration
+disagree by a median ~16 %, mostly for reasons that affect every configuration of the session
+alike (driver, clocks, host, software). So a change between two configurations is read only from
+pairs measured in the same session (a row's ``baseline_row`` or its stated FP16 baseline, or two
+batch sizes of one session), and summarised across sessions by the median, with the range.
+
+Absolute figures follow one chain, so every caller gets the same joules for the same inputs:
+
+* FP16 at batch size 1 is the *anchor*: the median over its sessions;
+* another precision at batch size 1 = anchor x the median paired ratio to FP16;
+* another batch size = that precision's batch-size-1 figure x the median paired batch ratio
+  (or, when only a precision pair exists at that batch size, FP16 at that size x that ratio);
+* a configuration with rows but no pairs is the median of its own sessions.
+
+An :class:`Evidence` can hide rows (hold-out): the rows of one configuration or of one GPU are
+dropped, and a pair whose baseline belongs to a hidden configuration no longer counts (its
+baseline *is* the hidden measurement).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ecoguard.knowledge.records import ReferenceRow
+
+TIER_ORDER = ("local", "measured", "reported")
+ConfigKey = tuple[str, str, str, int]  # gpu, model_key, precision, batch size
+MIN_TOKENS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """J per 1k generated tokens with its p10-p90 band (``low``, ``high``) and its basis."""
+
+    value: float
+    low: float
+    high: float
+    tier: str
+    description: str
+    rows: tuple[ReferenceRow, ...] = ()
+    sessions: tuple[str, ...] = ()
+    power_w: float | None = None
+    throughput_tok_s: float | None = None
+    spread_known: bool = True  # False when one session: the band is the pooled default
+    # The same-session FP16 pairs behind a precision's change: (source, session, ratio).
+    pairs: tuple[tuple[str, str, float], ...] = ()
+
+    def scaled(self, factor: float, low_factor: float, high_factor: float) -> Figure:
+        """This figure times ``factor``; the band also multiplied by the factor's own band."""
+        lo, hi = _combine_bands(self, factor, low_factor, high_factor)
+        return Figure(
+            value=self.value * factor,
+            low=lo,
+            high=hi,
+            tier=self.tier,
+            description=self.description,
+            rows=self.rows,
+            sessions=self.sessions,
+            spread_known=self.spread_known,
+            pairs=self.pairs,
+        )
+
+
+def _combine_bands(fig: Figure, factor: float, low_factor: float, high_factor: float):
+    """Log-space half-widths add in quadrature (independent errors)."""
+    down = math.hypot(math.log(fig.value / fig.low), math.log(factor / low_factor))
+    up = math.hypot(math.log(fig.high / fig.value), math.log(high_factor / factor))
+    value = fig.value * factor
+    return value * math.exp(-down), value * math.exp(up)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default) of a non-empty list."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def session_of(row: ReferenceRow) -> str:
+    """The session a row was measured in: its source file and session label."""
+    return f"{row.source}#{row.session or '-'}"
+
+
+def experiment_of(row: ReferenceRow) -> str:
+    """The experiment (source file, session label without its run suffix) a pair belongs to."""
+    return row.source
+
+
+def row_batch(row: ReferenceRow) -> int:
+    return row.batch_size or 1
+
+
+def config_of(row: ReferenceRow) -> ConfigKey:
+    return (row.gpu, row.model_key, row.precision, row_batch(row))
+
+
+def usable(row: ReferenceRow) -> bool:
+    return row.scope == "end_to_end" and row.energy_j_per_1k is not None and bool(row.model_key)
+
+
+def best_tier(rows: Iterable[ReferenceRow]) -> list[ReferenceRow]:
+    rows = list(rows)
+    for tier in TIER_ORDER:
+        chosen = [r for r in rows if r.tier == tier]
+        if chosen:
+            return chosen
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One same-session ratio: ``row`` over its baseline (FP16, or batch size 1)."""
+
+    row: ReferenceRow
+    ratio: float
+    session: str
+    baseline: ReferenceRow | None = None
+
+
+@dataclass
+class Evidence:
+    """Rows indexed by configuration, with the hold-out applied. Build with :func:`evidence`."""
+
+    rows: tuple[ReferenceRow, ...]
+    hidden_configs: frozenset[ConfigKey] = frozenset()
+    hidden_gpus: frozenset[str] = frozenset()
+    by_config: dict[ConfigKey, list[ReferenceRow]] = field(default_factory=dict)
+    by_id: dict[str, ReferenceRow] = field(default_factory=dict)
+    params: dict[str, float] = field(default_factory=dict)
+    _memo: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for row in self.rows:
+            self.by_id[row.id] = row
+            if not usable(row) or self.is_hidden(config_of(row)):
+                continue
+            self.by_config.setdefault(config_of(row), []).append(row)
+            self.params.setdefault(row.model_key, row.params_b)
+
+    def is_hidden(self, key: ConfigKey) -> bool:
+        return key[0] in self.hidden_gpus or key in self.hidden_configs
+
+    # ------------------------------------------------------------------ look-ups
+
+    def gpus(self) -> set[str]:
+        return {k[0] for k in self.by_config}
+
+    def models_on(self, gpu: str) -> set[str]:
+        return {k[1] for k in self.by_config if k[0] == gpu}
+
+    def configs(self) -> list[ConfigKey]:
+        return sorted(self.by_config)
+
+    def has(self, key: ConfigKey) -> bool:
+        return key in self.by_config
+
+    # ------------------------------------------------------------------ pairs
+
+    def precision_pairs(self, key: ConfigKey) -> list[Pair]:
+        """Same-session ratios of this configuration to FP16 at the same batch size, from the
+        best tier that has any; pairs whose baseline is hidden are left out."""
+        gpu, model, precision, bs = key
+        if precision == "fp16" or key not in self.by_config:
+            return []
+        base_key = (gpu, model, "fp16", bs)
+        if self.is_hidden(base_key):
+            return []
+        pairs_by_tier: dict[str, list[Pair]] = {}
+        for row in self.by_config[key]:
+            pair = self._precision_pair(row, base_key)
+            if pair is not None:
+                pairs_by_tier.setdefault(row.tier, []).append(pair)
+        for tier in TIER_ORDER:
+            if pairs_by_tier.get(tier):
+                return pairs_by_tier[tier]
+        return []
+
+    def _precision_pair(self, row: ReferenceRow, base_key: ConfigKey) -> Pair | None:
+        energy = row.energy_j_per_1k
+        assert energy is not None
+        if row.baseline_row:
+            base = self.by_id.get(row.baseline_row)
+            if base is None or not usable(base) or config_of(base) != base_key:
+                return None
+            assert base.energy_j_per_1k is not None
+            return Pair(row, energy / base.energy_j_per_1k, session_of(row), base)
+        if row.fp16_energy_j_per_1k:
+            return Pair(row, energy / row.fp16_energy_j_per_1k, session_of(row))
+        return None
+
+    def batch_pairs(self, gpu: str, model: str, precision: str, bs: int) -> list[Pair]:
+        """Same-session ratios of batch size ``bs`` to batch size 1 for one precision."""
+        key = (gpu, model, precision, bs)
+        one = (gpu, model, precision, 1)
+        if bs == 1 or key not in self.by_config or one not in self.by_config:
+            return []
+        base_by_session: dict[str, list[ReferenceRow]] = {}
+        for row in self.by_config[one]:
+            base_by_session.setdefault(session_of(row), []).append(row)
+        pairs_by_tier: dict[str, list[Pair]] = {}
+        for row in self.by_config[key]:
+            bases = [b for b in base_by_session.get(session_of(row), []) if b.tier == row.tier]
+            if not bases:
+                continue
+            base = bases[0]
+            assert row.energy_j_per_1k is not None and base.energy_j_per_1k is not None
+            pair = Pair(row, row.energy_j_per_1k / base.energy_j_per_1k, session_of(row), base)
+            pairs_by_tier.setdefault(row.tier, []).append(pair)
+        for tier in TIER_ORDER:
+            if pairs_by_tier.get(tier):
+                return pairs_by_tier[tier]
+        return []
+
+    # ------------------------------------------------------------------ figures
+
+    def direct(self, key: ConfigKey) -> Figure | None:
+        """The median over sessions of this configuration's best-tier rows."""
+        rows = best_tier(self.by_config.get(key, ()))
+        if not rows:
+            return None
+        # A run of a few dozen tokens is dominated by prefill and start-up: use it only when
+        # nothing longer was measured (the RTX PRO 6000 32-token smoke run reads 1.9x).
+        long_enough = [r for r in rows if (r.generation_tokens or MIN_TOKENS) >= MIN_TOKENS]
+        rows = long_enough or rows
+        by_session: dict[str, list[ReferenceRow]] = {}
+        for row in rows:
+            by_session.setdefault(session_of(row), []).append(row)
+        values = [
+            statistics.fmean(r.energy_j_per_1k for r in group)  # type: ignore[misc]
+            for group in by_session.values()
+        ]
+        value = statistics.median(values)
+        low, high, known = self.band(values, value)
+        if len(values) == 1:
+            desc = (
+                f"{rows[0].tier} row {rows[0].id}"
+                if len(rows) == 1
+                else (f"mean of {len(rows)} {rows[0].tier} rows of one session")
+            )
+        else:
+            desc = (
+                f"median of {len(values)} {rows[0].tier} sessions "
+                f"({min(values):,.0f}-{max(values):,.0f} J/1k)"
+            )
+        power, tput = _power_throughput(rows)
+        return Figure(
+            value,
+            low,
+            high,
+            rows[0].tier,
+            desc,
+            tuple(rows),
+            tuple(by_session),
+            power,
+            tput,
+            known,
+        )
+
+    def band(self, values: list[float], center: float) -> tuple[float, float, bool]:
+        """p10-p90 of session values around ``center``; one session gets the pooled spread."""
+        if len(values) >= 2:
+            return (
+                min(center, quantile(values, 0.1)),
+                max(center, quantile(values, 0.9)),
+                True,
+            )
+        lo, hi = self.pooled_session_spread()
+        return center * math.exp(lo), center * math.exp(hi), False
+
+    def pooled_session_spread(self) -> tuple[float, float]:
+        """(p10, p90) of log(session / configuration median) over every configuration measured
+        in two or more sessions: the band a single session's figure gets."""
+        if "pooled" in self._memo:
+            return self._memo["pooled"]
+        deviations: list[float] = []
+        for rows in self.by_config.values():
+            chosen = best_tier(rows)
+            by_session: dict[str, list[float]] = {}
+            for row in chosen:
+                by_session.setdefault(session_of(row), []).append(row.energy_j_per_1k)  # type: ignore[arg-type]
+            values = [statistics.fmean(v) for v in by_session.values()]
+            if len(values) < 2:
+                continue
+            center = statistics.median(values)
+            deviations.extend(math.log(v / center) for v in values)
+        if len(deviations) < 5:
+            result = (-0.15, 0.15)
+        else:
+            result = (min(quantile(deviations, 0.1), -0.01), max(quantile(deviations, 0.9), 0.01))
+        self._memo["pooled"] = result
+        return result
+
+    def ratio_figure(self, pairs: list[Pair]) -> tuple[float, float, float, tuple[str, ...]]:
+        """(median ratio, p10, p90) over sessions, and the sessions named."""
+        by_session: dict[str, list[float]] = {}
+        for pair in pairs:
+            by_session.setdefault(pair.session, []).append(pair.ratio)
+        ratios = [statistics.fmean(v) for v in by_session.values()]
+        value = statistics.median(ratios)
+        if len(ratios) >= 2:
+            lo, hi = min(value, quantile(ratios, 0.1)), max(value, quantile(ratios, 0.9))
+        else:
+            lo, hi = value, value
+        return value, lo, hi, tuple(by_session)
+
+    def anchored(self, key: ConfigKey) -> Figure | None:
+        """The configuration's figure by the chain in the module docstring (None: no rows)."""
+        if key in self._memo:
+            return self._memo[key]
+        result = self._anchored(key)
+        self._memo[key] = result
+        return result
+
+    def _anchored(self, key: ConfigKey) -> Figure | None:
+        gpu, model, precision, bs = key
+        if key not in self.by_config:
+            return None
+        own = self.direct(key)
+        assert own is not None
+        if precision == "fp16" and bs == 1:
+            return own
+        if bs != 1:
+            pairs = self.batch_pairs(gpu, model, precision, bs)
+            base = self.anchored((gpu, model, precision, 1)) if pairs else None
+            if base is not None:
+                return self._chain(base, pairs, f"batch size 1 -> {bs}", own)
+        if precision != "fp16":
+            pairs = self.precision_pairs(key)
+            base = self.anchored((gpu, model, "fp16", bs)) if pairs else None
+            if base is None and pairs:
+                baselines = [p.baseline.energy_j_per_1k if p.baseline else None for p in pairs]
+                stated = [
+                    b if b is not None else p.row.fp16_energy_j_per_1k
+                    for b, p in zip(baselines, pairs, strict=True)
+                ]
+                stated = [s for s in stated if s]
+                if stated:
+                    value = statistics.median(stated)
+                    lo, hi, known = self.band(stated, value)
+                    base = Figure(
+                        value,
+                        lo,
+                        hi,
+                        pairs[0].row.tier,
+                        "the pairs' own FP16 baselines",
+                        (),
+                        (),
+                        None,
+                        None,
+                        known,
+                    )
+            if base is not None:
+                return self._chain(base, pairs, f"FP16 -> {precision}", own)
+        return own
+
+    def _chain(self, base: Figure, pairs: list[Pair], what: str, own: Figure) -> Figure:
+        ratio, lo, hi, sessions = self.ratio_figure(pairs)
+        scaled = base.scaled(ratio, lo, hi)
+        # The band should also cover this configuration's own sessions.
+        low = min(scaled.low, own.low) if own.spread_known else scaled.low
+        high = max(scaled.high, own.high) if own.spread_known else scaled.high
+        change = (ratio - 1.0) * 100.0
+        per_session = ", ".join(f"{(r - 1) * 100:+.1f}%" for r in _session_ratios(pairs))
+        desc = (
+            f"{base.description}, x {what} {change:+.1f}% (median of {len(sessions)} "
+            f"same-session pair{'s' if len(sessions) != 1 else ''}: {per_session})"
+        )
+        rows = tuple(dict.fromkeys((*base.rows, *(p.row for p in pairs), *own.rows)))
+        tier = _weaker(base.tier, own.tier)
+        pair_list = base.pairs
+        if what.startswith("FP16"):
+            by_session: dict[str, list[Pair]] = {}
+            for pair in pairs:
+                by_session.setdefault(pair.session, []).append(pair)
+            pair_list = tuple(
+                (
+                    group[0].row.source,
+                    group[0].row.session or "-",
+                    statistics.fmean(p.ratio for p in group),
+                )
+                for group in by_session.values()
+            )
+        return Figure(
+            scaled.value,
+            low,
+            high,
+            tier,
+            desc,
+            rows,
+            tuple(dict.fromkeys((*base.sessions, *sessions))),
+            own.power_w,
+            own.throughput_tok_s,
+            base.spread_known or own.spread_known,
+            pair_list,
+        )
+
+
+def _session_ratios(pairs: list[Pair]) -> list[float]:
+    by_session: dict[str, list[float]] = {}
+    for pair in pairs:
+        by_session.setdefault(pair.session, []).append(pair.ratio)
+    return [statistics.fmean(v) for v in by_session.values()]
+
+
+def _weaker(first: str, second: str) -> str:
+    order = {t: i for i, t in enumerate(TIER_ORDER)}
+    return first if order.get(first, 9) >= order.get(second, 9) else second
+
+
+def _power_throughput(rows: list[ReferenceRow]) -> tuple[float | None, float | None]:
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return statistics.fmean(values) if values else None
+
+    return mean(r.power_w for r in rows), mean(r.throughput_tok_s for r in rows)
+
+
+_cache: dict[tuple, Evidence] = {}
+
+
+def evidence(
+    rows: tuple[ReferenceRow, ...],
+    *,
+    hidden_configs: Iterable[ConfigKey] = (),
+    hidden_gpus: Iterable[str] = (),
+) -> Evidence:
+    """The Evidence for these rows with these hidden; cached (the last few hold-outs and the
+    full set for each row tuple)."""
+    key = (id(rows), len(rows), frozenset(hidden_configs), frozenset(hidden_gpus))
+    cached = _cache.get(key)
+    if cached is not None and cached.rows is rows:
+        return cached
+    built = Evidence(rows, frozenset(hidden_configs), frozenset(hidden_gpus))
+    if len(_cache) > 256:
+        _cache.clear()
+    _cache[key] = built
+    return built

@@ -1,0 +1,96 @@
+"""Score the estimator by hold-out and write ``data/estimator_validation.json``.
+
+    python tools/validate_estimator.py            # write data/estimator_validation.json
+    python tools/validate_estimator.py --check    # exit 1 if the shipped file is stale
+    python tools/validate_estimator.py --markdown # print the README/docs table
+
+The file holds, per ladder method, the hold-out error and residual quantiles that every
+estimate's interval and confidence are read from, the summaries by hold-out mode, every scored
+point, and the leave-one-GPU-out error of each cross-GPU carrier considered (the one shipped is
+the lowest). Deterministic: the same rows give the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ecoguard.knowledge import evidence as evidence_module  # noqa: E402
+from ecoguard.knowledge import ladder, validation  # noqa: E402
+
+OUT = REPO / "data" / "estimator_validation.json"
+CARRIERS = ("fitted", "tdp-bandwidth", "identity")
+
+
+def carrier_comparison() -> dict:
+    chosen = ladder.CARRIER
+    out = {}
+    try:
+        for carrier in CARRIERS:
+            ladder.CARRIER = carrier
+            evidence_module._cache.clear()
+            s = validation.summary(validation.holdout_points("gpu"), "gpu")
+            out[carrier] = {
+                k: s[k] for k in ("answered", "median_abs_error_pct", "p90_abs_error_pct")
+            }
+    finally:
+        ladder.CARRIER = chosen
+        evidence_module._cache.clear()
+    return out
+
+
+def render() -> str:
+    table = validation.validate()
+    table["carriers"] = carrier_comparison()
+    table["carrier_chosen"] = ladder.CARRIER
+    return json.dumps(table, indent=1, sort_keys=True) + "\n"
+
+
+def markdown(table: dict) -> str:
+    lines = [
+        "| hold-out | configurations | answered | median abs error | p90 abs error "
+        "| p10-p90 coverage | median interval width |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, label in (("config", "leave one configuration out"), ("gpu", "leave one GPU out")):
+        s = table["summary"][mode]
+        lines.append(
+            f"| {label} | {s['configurations']} | {s['answered']} | "
+            f"{s['median_abs_error_pct']}% | {s['p90_abs_error_pct']}% | {s['coverage_pct']}% "
+            f"| {s['median_width_pct']}% |"
+        )
+    lines += ["", "| method | n | median abs error | p90 abs error |", "|---|---|---|---|"]
+    for family, m in sorted(table["methods"].items()):
+        lines.append(
+            f"| {family} | {m['n']} | {m['median_abs_error_pct']}% | {m['p90_abs_error_pct']}% |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the shipped file is stale")
+    parser.add_argument("--markdown", action="store_true", help="print the summary tables")
+    args = parser.parse_args()
+    text = render()
+    if args.markdown:
+        print(markdown(json.loads(text)))
+        return 0
+    if args.check:
+        current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
+        if current != text:
+            print(f"{OUT} is stale: run python tools/validate_estimator.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text, encoding="utf-8")
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
