@@ -4,6 +4,9 @@
     python tools/validate_estimator.py --check    # exit 1 if the shipped file is stale
     python tools/validate_estimator.py --markdown # print the README/docs table
 
+Writing also refreshes the table between the ``<!-- validation:start -->`` and
+``<!-- validation:end -->`` markers of README.md and docs/knowledge.md; ``--check`` checks them.
+
 The file holds, per ladder method, the hold-out error and residual quantiles that every
 estimate's interval and confidence are read from, the summaries by hold-out mode, every scored
 point, and the leave-one-GPU-out error of each cross-GPU carrier considered (the one shipped is
@@ -24,6 +27,8 @@ from ecoguard.knowledge import evidence as evidence_module  # noqa: E402
 from ecoguard.knowledge import ladder, validation  # noqa: E402
 
 OUT = REPO / "data" / "estimator_validation.json"
+DOCS = (REPO / "README.md", REPO / "docs" / "knowledge.md")
+START, END = "<!-- validation:start -->", "<!-- validation:end -->"
 CARRIERS = ("fitted", "tdp-bandwidth", "identity")
 
 
@@ -69,7 +74,26 @@ def markdown(table: dict) -> str:
         lines.append(
             f"| {family} | {m['n']} | {m['median_abs_error_pct']}% | {m['p90_abs_error_pct']}% |"
         )
+    lines += [
+        "",
+        "Cross-GPU carrier, leave one GPU out (the shipped one is the lowest median): "
+        + "; ".join(
+            f"{name} {c['median_abs_error_pct']}% median / {c['p90_abs_error_pct']}% p90"
+            + (" (shipped)" if name == table["carrier_chosen"] else "")
+            for name, c in sorted(table["carriers"].items())
+        )
+        + ".",
+    ]
     return "\n".join(lines)
+
+
+def with_table(text: str, table_md: str) -> str:
+    """``text`` with the block between the markers replaced (unchanged when it has none)."""
+    if START not in text or END not in text:
+        return text
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{table_md}\n{END}{tail}"
 
 
 def main() -> int:
@@ -81,14 +105,27 @@ def main() -> int:
     if args.markdown:
         print(markdown(json.loads(text)))
         return 0
+    table_md = markdown(json.loads(text))
     if args.check:
+        stale = []
         current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
         if current != text:
-            print(f"{OUT} is stale: run python tools/validate_estimator.py", file=sys.stderr)
-            return 1
-        return 0
+            stale.append(OUT)
+        for doc in DOCS:
+            doc_text = doc.read_text(encoding="utf-8")
+            if START not in doc_text or with_table(doc_text, table_md) != doc_text:
+                stale.append(doc)
+        for path in stale:
+            print(f"{path} is stale: run python tools/validate_estimator.py", file=sys.stderr)
+        return 1 if stale else 0
     OUT.write_text(text, encoding="utf-8")
     print(f"wrote {OUT}")
+    for doc in DOCS:
+        doc_text = doc.read_text(encoding="utf-8")
+        updated = with_table(doc_text, table_md)
+        if updated != doc_text:
+            doc.write_text(updated, encoding="utf-8")
+            print(f"updated {doc}")
     return 0
 
 
