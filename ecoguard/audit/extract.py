@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ecoguard.audit.index import UNKNOWN, ModuleIndex, walk_scope
@@ -113,15 +114,30 @@ class Extractor:
         self._training = self._module_trains()
         self._pipelines: dict[str, ast.Call] = {}
         self._load_sites: list[Site] = []
+        # Facts about loops and helpers, each worked out once: a loop holding thousands of
+        # generate calls must not be re-read per call (that made the audit quadratic).
+        self._loops: dict[ast.AST, ast.AST | None] | None = None
+        self._loop_batched: dict[ast.AST, bool] = {}
+        self._helper_loop: dict[ast.AST, ast.AST | None] = {}
+        self._calls_by_name: dict[str, list[ast.Call]] = {}
+        self._holds_marks: dict[ast.AST, int] | None = None
+        self._scope_reads: dict[ast.AST, dict[str, list[int]]] = {}
 
     # -- entry ------------------------------------------------------------------------------
 
-    def run(self) -> Extraction:
+    def run(self, check: Callable[[], None] | None = None) -> Extraction:
+        """``check`` is called between call sites; it may raise to stop a run that is over
+        its time budget (the MCP server's audit_code)."""
         calls = sorted(
             (n for n in ast.walk(self.index.tree) if isinstance(n, ast.Call)),
             key=lambda n: (n.lineno, n.col_offset),
         )
         for call in calls:
+            if isinstance(call.func, ast.Name):
+                self._calls_by_name.setdefault(call.func.id, []).append(call)
+        for call in calls:
+            if check is not None:
+                check()
             name = self.index.callee(call)
             if name == "from_pretrained":
                 self._from_pretrained(call)
@@ -132,6 +148,8 @@ class Extractor:
             elif name == "quantize_":
                 self._quantize(call)
         for call in calls:
+            if check is not None:
+                check()
             name = self.index.callee(call)
             if (
                 name in ("BitsAndBytesConfig", "TorchAoConfig")
@@ -275,13 +293,18 @@ class Extractor:
         if not later:
             return False
         next_line = min(later)
-        return not any(
-            isinstance(node, ast.Name)
-            and node.id == name
-            and isinstance(node.ctx, ast.Load)
-            and statement.lineno < node.lineno <= next_line
-            for node in walk_scope(scope)
-        )
+        return not any(statement.lineno < line <= next_line for line in self._reads_of(scope, name))
+
+    def _reads_of(self, scope: ast.AST, name: str) -> list[int]:
+        """Lines where ``name`` is read in ``scope``'s own body (one walk per scope)."""
+        reads = self._scope_reads.get(scope)
+        if reads is None:
+            reads = {}
+            for node in walk_scope(scope):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    reads.setdefault(node.id, []).append(node.lineno)
+            self._scope_reads[scope] = reads
+        return reads.get(name, [])
 
     # -- quantization configs ---------------------------------------------------------------
 
@@ -444,44 +467,66 @@ class Extractor:
         followed: a function holding the call, itself called from a loop."""
         loop = self._enclosing_loop(call)
         if loop is not None:
-            return None if self._batched(loop, call) else loop
+            return None if self._batched(loop) else loop
         scope = self.index.scope_of(call)
-        if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-            for node in ast.walk(self.index.tree):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Name)
-                    and node.func.id == scope.name
-                ):
-                    outer = self._enclosing_loop(node)
-                    if outer is not None and not self._batched(outer, node):
-                        return outer
-        return None
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        if scope not in self._helper_loop:
+            found = None
+            for node in self._calls_by_name.get(scope.name, ()):
+                outer = self._enclosing_loop(node)
+                if outer is not None and not self._batched(outer):
+                    found = outer
+                    break
+            self._helper_loop[scope] = found
+        return self._helper_loop[scope]
 
     def _enclosing_loop(self, node: ast.AST) -> ast.AST | None:
         """The innermost loop (in the same function) whose body runs ``node`` once per turn.
         A loop's own iterable, target and ``else`` run once, so they do not count."""
-        path: list[ast.AST] = [node]
-        for ancestor in self.index.ancestors(node):
-            if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                return None
-            child = path[-1]
-            if isinstance(ancestor, ast.For | ast.AsyncFor):
-                runs_once = child is ancestor.iter or child is ancestor.target
-                if not runs_once and child not in ancestor.orelse:
-                    return ancestor
-            elif isinstance(ancestor, ast.While):
-                if child not in ancestor.orelse:
-                    return ancestor
-            elif isinstance(ancestor, _COMPREHENSIONS):
-                first_iterable = ancestor.generators[0].iter
-                if not any(step is first_iterable for step in path):
-                    return ancestor
-            path.append(ancestor)
-        return None
+        if self._loops is None:
+            self._loops = self._loop_map()
+        return self._loops.get(node)
 
-    def _batched(self, loop: ast.AST, call: ast.Call) -> bool:
-        """Whether each turn of ``loop`` handles several items (so the call is batched)."""
+    def _loop_map(self) -> dict[ast.AST, ast.AST | None]:
+        """Every node's enclosing loop, in one pass from the top (asking each call's
+        ancestors would cost the nesting depth per call)."""
+        loops: dict[ast.AST, ast.AST | None] = {self.index.tree: None}
+        stack: list[ast.AST] = [self.index.tree]
+        while stack:
+            node = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                loops[child] = self._loop_for_child(node, child, loops)
+                stack.append(child)
+        return loops
+
+    def _loop_for_child(
+        self, node: ast.AST, child: ast.AST, loops: dict[ast.AST, ast.AST | None]
+    ) -> ast.AST | None:
+        """The loop that runs ``child`` once per turn; ``loops`` already holds ``node`` (its
+        parent) and every ancestor."""
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return None  # a function's body runs when called, not per turn of a loop around it
+        field = self.index.field.get(child)
+        if isinstance(node, ast.For | ast.AsyncFor):
+            return loops[node] if field in ("iter", "target", "orelse") else node
+        if isinstance(node, ast.While):
+            return loops[node] if field == "orelse" else node
+        if isinstance(node, _COMPREHENSIONS):
+            return node
+        if isinstance(node, ast.comprehension) and field == "iter":
+            owner = self.index.parent.get(node)
+            if isinstance(owner, _COMPREHENSIONS) and owner.generators[0] is node:
+                return loops[owner]  # the first iterable is evaluated once, outside
+        return loops[node]
+
+    def _batched(self, loop: ast.AST) -> bool:
+        """Whether each turn of ``loop`` handles several items (so its calls are batched)."""
+        if loop not in self._loop_batched:
+            self._loop_batched[loop] = self._reads_batches(loop)
+        return self._loop_batched[loop]
+
+    def _reads_batches(self, loop: ast.AST) -> bool:
         targets: list[ast.expr] = []
         iters: list[ast.expr] = []
         if isinstance(loop, ast.For | ast.AsyncFor):
@@ -496,21 +541,41 @@ class Extractor:
         for iterable in iters:
             if self._batching_iterable(iterable):
                 return True
-        # Slicing inside the loop (prompts[i:i + bs]) feeds several items per turn.
+        # Slicing inside the loop (prompts[i:i + bs]) feeds several items per turn; a
+        # serving loop that drains a queue into a named batch is batched.
+        holds = self._holds()
         body = loop.body if isinstance(loop, ast.For | ast.AsyncFor | ast.While) else [loop]
-        for statement in body:
-            for node in ast.walk(statement):
+        marks = (_SLICE, _BATCH_STORE) if isinstance(loop, ast.While) else (_SLICE,)
+        return any(holds.get(statement, 0) & mark for statement in body for mark in marks)
+
+    def _holds(self) -> dict[ast.AST, int]:
+        """Node -> bit set of what its subtree holds (a slice, a store to a batch-like name,
+        a stdin read), in one pass over the module however many loops ask."""
+        if self._holds_marks is None:
+            marks: dict[ast.AST, int] = {}
+            for node in ast.walk(self.index.tree):
+                mark = 0
                 if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
-                    return True
-                # A serving loop that drains a queue into a named batch is batched.
-                if (
-                    isinstance(loop, ast.While)
-                    and isinstance(node, ast.Name)
+                    mark = _SLICE
+                elif (
+                    isinstance(node, ast.Name)
                     and isinstance(node.ctx, ast.Store)
                     and _BATCHY_NAME.search(node.id)
                 ):
-                    return True
-        return False
+                    mark = _BATCH_STORE
+                elif isinstance(node, ast.Call) and self.index.callee(node) in (
+                    "input",
+                    "readline",
+                ):
+                    mark = _STDIN
+                current: ast.AST | None = node
+                # Climb while the mark is news: each node gains each bit once, so the
+                # whole pass stays linear in the size of the module.
+                while mark and current is not None and marks.get(current, 0) & mark != mark:
+                    marks[current] = marks.get(current, 0) | mark
+                    current = self.index.parent.get(current)
+            self._holds_marks = marks
+        return self._holds_marks
 
     def _batching_iterable(self, iterable: ast.expr) -> bool:
         resolved = self.index.resolve(iterable)
@@ -532,10 +597,7 @@ class Extractor:
         return bool(_BATCHING_CALL.search(name))
 
     def _reads_stdin(self, loop: ast.AST) -> bool:
-        for node in ast.walk(loop):
-            if isinstance(node, ast.Call) and self.index.callee(node) in ("input", "readline"):
-                return True
-        return False
+        return bool(self._holds().get(loop, 0) & _STDIN)
 
     # -- notes ------------------------------------------------------------------------------
 
@@ -658,5 +720,7 @@ class Extractor:
 
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+# What a subtree holds (bits of Extractor._holds).
+_SLICE, _BATCH_STORE, _STDIN = 1, 2, 4
 _BNB_RULES = frozenset({"int8-mixed", "small-model-quant"})
 _TORCHAO_RULES = frozenset({"fp8-eager", "small-model-quant"})

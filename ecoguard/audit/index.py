@@ -10,6 +10,7 @@ cold the value is *unknown*, and a rule that needs an unknown fact stays silent.
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,9 +41,22 @@ class ModuleIndex:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
         self.parent: dict[ast.AST, ast.AST] = {}
+        # child -> the name of the parent's field holding it ("body", "orelse", "iter", ...),
+        # so "is this node in the loop's else?" is a lookup, not a scan of a long list.
+        self.field: dict[ast.AST, str] = {}
         for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
-                self.parent[child] = node
+            for name, value in ast.iter_fields(node):
+                if isinstance(value, ast.AST):
+                    self.parent[value] = node
+                    self.field[value] = name
+                elif isinstance(value, list):
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            self.parent[item] = node
+                            self.field[item] = name
+        # Every node's scope, computed top-down in one pass (asking each node's ancestors
+        # would cost the nesting depth per node: quadratic for a long chained expression).
+        self._scopes: dict[ast.AST, ast.AST] = self._scope_map()
         # (scope, name) -> [(line, value or None when unknown)]
         self.assigns: dict[tuple[ast.AST, str], list[tuple[int, ast.expr | None]]] = defaultdict(
             list
@@ -54,9 +68,31 @@ class ModuleIndex:
         self.params: dict[ast.AST, set[str]] = defaultdict(set)
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         self.imports: dict[str, str] = {}  # local name -> qualified name
+        self._returned: dict[ast.AST, ast.expr | None] = {}
+        self._by_attr: dict[tuple[ast.AST, str], dict[str, list[tuple[int, ast.expr]]]] = {}
+        self._mappings: dict[ast.AST, dict[str, ast.expr] | None] = {}
         self._collect()
+        # Bindings in source order, so "the last one before line N" is a binary search.
+        for table in (self.assigns, self.attr_assigns):
+            for entries in table.values():
+                entries.sort(key=_line_of)
 
     # -- collection -------------------------------------------------------------------------
+
+    def _scope_map(self) -> dict[ast.AST, ast.AST]:
+        scopes: dict[ast.AST, ast.AST] = {self.tree: self.tree}
+        stack: list[ast.AST] = [self.tree]
+        while stack:
+            node = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                # A function's body is its own scope; its decorators, defaults and annotations
+                # are evaluated in the enclosing one, like everything else the parent's.
+                own_body = node is self.tree or (
+                    isinstance(node, _SCOPE_TYPES) and _in_body(node, child)
+                )
+                scopes[child] = node if own_body else scopes[node]
+                stack.append(child)
+        return scopes
 
     def _collect(self) -> None:
         for node in ast.walk(self.tree):
@@ -122,6 +158,9 @@ class ModuleIndex:
     def scope_of(self, node: ast.AST) -> ast.AST:
         """The innermost function (or the module) whose body holds ``node``. Default values
         and decorators belong to the enclosing scope, as Python evaluates them there."""
+        known = self._scopes.get(node)
+        if known is not None:
+            return known
         current = self.parent.get(node)
         child = node
         while current is not None:
@@ -178,9 +217,10 @@ class ModuleIndex:
         line = getattr(use, "lineno", 0)
         for depth, scope in enumerate(self.enclosing_scopes(use)):
             entries = self.assigns.get((scope, name), [])
-            before = [value for at, value in entries if at < line]
+            before = bisect_left(entries, line, key=_line_of)
             if before:
-                return before[-1] if before[-1] is not None else UNKNOWN
+                value = entries[before - 1][1]
+                return value if value is not None else UNKNOWN
             if depth > 0 and entries:
                 # An enclosing scope's binding made after the function's text: the function
                 # runs later, so the last binding is the one it sees.
@@ -196,20 +236,35 @@ class ModuleIndex:
         """``name.attr = value`` statements between the definition and the use (same scope)."""
         scope = self.scope_of(defined)
         start, end = getattr(defined, "lineno", 0), getattr(use, "lineno", 0)
-        return [
-            (attr, value)
-            for at, attr, value in self.attr_assigns.get((scope, name), [])
-            if start <= at < end or (end < start and at >= start)
-        ]
+        found: list[tuple[int, str, ast.expr]] = []
+        # Only the last assignment to each attribute in the range counts, so each attribute
+        # costs one binary search however often it is assigned.
+        for attr, entries in self._attr_lines(scope, name).items():
+            stop = len(entries) if end < start else bisect_left(entries, end, key=_line_of)
+            if stop and entries[stop - 1][0] >= start:
+                found.append((entries[stop - 1][0], attr, entries[stop - 1][1]))
+        return [(attr, value) for _, attr, value in sorted(found, key=_line_of)]
+
+    def _attr_lines(self, scope: ast.AST, name: str) -> dict[str, list[tuple[int, ast.expr]]]:
+        key = (scope, name)
+        by_attr = self._by_attr.get(key)
+        if by_attr is None:
+            by_attr = {}
+            for line, attr, value in self.attr_assigns.get(key, ()):
+                by_attr.setdefault(attr, []).append((line, value))
+            self._by_attr[key] = by_attr
+        return by_attr
 
     def returned(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.expr | None:
         """The single value a helper returns, or None when it has none or several."""
-        values = [
-            node.value
-            for node in walk_scope(function)
-            if isinstance(node, ast.Return) and node.value is not None
-        ]
-        return values[0] if len(values) == 1 else None
+        if function not in self._returned:
+            values = [
+                node.value
+                for node in walk_scope(function)
+                if isinstance(node, ast.Return) and node.value is not None
+            ]
+            self._returned[function] = values[0] if len(values) == 1 else None
+        return self._returned[function]
 
     def resolve(self, expr: ast.expr | None, hops: int = 0) -> Resolved | None:
         """Follow names and local helper calls to the expression that builds the value."""
@@ -273,9 +328,18 @@ class ModuleIndex:
 
     def mapping(self, expr: ast.expr | None, hops: int = 0) -> dict[str, ast.expr] | None:
         """The string-keyed items of a dict literal or ``dict(...)`` call (following names and
-        ``**`` merges); None when it is not one or a key cannot be read."""
+        ``**`` merges); None when it is not one or a key cannot be read. Each expression is
+        read once (``{**a, **a}`` nested 16 deep would otherwise cost 2**16 reads); callers
+        get their own copy."""
         if expr is None or hops > MAX_HOPS:
             return None
+        if expr not in self._mappings:
+            self._mappings[expr] = None  # a cycle back to this expression reads as unknown
+            self._mappings[expr] = self._read_mapping(expr, hops)
+        found = self._mappings[expr]
+        return dict(found) if found is not None else None
+
+    def _read_mapping(self, expr: ast.expr, hops: int) -> dict[str, ast.expr] | None:
         resolved = self.resolve(expr, hops)
         if resolved is None:
             return None
@@ -341,4 +405,10 @@ def walk_scope(scope: ast.AST) -> Iterator[ast.AST]:
 def _in_body(function: ast.AST, child: ast.AST) -> bool:
     if isinstance(function, ast.Lambda):
         return child is function.body
-    return child in getattr(function, "body", ())
+    # A def's only statement children are its body (decorators, defaults, annotations and
+    # type parameters are expressions or other nodes), so no scan of a long body is needed.
+    return isinstance(child, ast.stmt)
+
+
+def _line_of(entry: tuple) -> int:
+    return entry[0]

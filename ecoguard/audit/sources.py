@@ -153,17 +153,9 @@ def read_source(source: SourceFile) -> Text | FileProblem:
     """Decode one file (Python's own encoding rules: UTF-8 unless a coding line says
     otherwise); notebooks are flattened to their code cells. Never raises for bad input."""
     display = source.display
-    try:
-        size = source.real.stat().st_size
-        if size > MAX_FILE_BYTES:
-            return FileProblem(
-                display,
-                "too-large",
-                f"{size / 1e6:.1f} MB is over the {MAX_FILE_BYTES / 1e6:.0f} MB limit; not audited",
-            )
-        data = source.real.read_bytes()
-    except OSError as exc:
-        return FileProblem(display, "unreadable", _reason(exc))
+    data = _read_regular(source.real, display)
+    if isinstance(data, FileProblem):
+        return data
     if source.real.suffix == ".ipynb":
         return _notebook(display, data)
     try:
@@ -178,11 +170,66 @@ def read_source(source: SourceFile) -> Text | FileProblem:
     return Text(text)
 
 
+def _read_regular(path: Path, display: str) -> bytes | FileProblem:
+    """The bytes of a regular file, at most MAX_FILE_BYTES of them. A device (a link to
+    /dev/zero reports size 0 and never ends), a fifo (opening it waits for a writer) or a
+    socket is refused, and the size is counted while reading rather than taken from stat."""
+    try:
+        # O_NONBLOCK: opening a fifo returns at once instead of waiting for a writer; it has
+        # no effect on a regular file's reads.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        return FileProblem(display, "unreadable", _reason(exc))
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                return FileProblem(
+                    display,
+                    "unreadable",
+                    f"not a regular file ({_file_type(mode)}); only regular files are audited",
+                )
+            chunks: list[bytes] = []
+            total = 0
+            while total <= MAX_FILE_BYTES:
+                chunk = handle.read(min(1 << 20, MAX_FILE_BYTES + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+        except OSError as exc:
+            return FileProblem(display, "unreadable", _reason(exc))
+    if total > MAX_FILE_BYTES:
+        return FileProblem(
+            display,
+            "too-large",
+            f"over the {MAX_FILE_BYTES / 1e6:.0f} MB limit; not audited",
+        )
+    return b"".join(chunks)
+
+
+def _file_type(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a fifo"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
 def _notebook(display: str, data: bytes) -> Text | FileProblem:
     try:
         document = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         return FileProblem(display, "decode-error", f"notebook is not valid UTF-8: {exc}")
+    except RecursionError:
+        # json's decoder recurses per level: "[[[[...]]]]" 3,000 deep exhausts the stack.
+        return FileProblem(
+            display, "bad-notebook", "JSON nested too deeply to read; not a notebook, not audited"
+        )
     except ValueError as exc:
         return FileProblem(display, "bad-notebook", f"not a JSON notebook: {exc}")
     cells = document.get("cells") if isinstance(document, dict) else None
@@ -209,9 +256,13 @@ def _notebook(display: str, data: bytes) -> Text | FileProblem:
         first = len(lines) + 1
         for line_number, line in enumerate(cell_lines, start=1):
             stripped = line.lstrip()
-            if magic_cell or stripped.startswith(("%", "!")) or stripped.endswith("?"):
-                # IPython magics, shell escapes and help lookups are not Python: keep the line
-                # (so numbering holds) but blank it.
+            if (
+                magic_cell
+                or stripped.startswith(("%", "!", "?"))
+                or stripped.rstrip().endswith("?")
+            ):
+                # IPython magics, shell escapes and help lookups (``print?``, ``?print``,
+                # ``??print``) are not Python: keep the line (so numbering holds) but blank it.
                 line = ""
             lines.append(line)
             mapping.append((number, line_number))

@@ -63,18 +63,18 @@ def test_unreadable_file(tmp_path):
 
 def test_read_failure_is_reported_per_file(tmp_path, monkeypatch):
     """Whatever the user (root reads mode-0 files), a read that fails is one problem."""
-    import pathlib
+    import os
 
     (tmp_path / "good.py").write_text(TRAP)
     (tmp_path / "bad.py").write_text(TRAP)
-    real_read = pathlib.Path.read_bytes
+    real_open = os.open
 
-    def read_bytes(self):
-        if self.name == "bad.py":
+    def open_(path, *args, **kwargs):
+        if os.fspath(path).endswith("bad.py"):
             raise PermissionError(13, "Permission denied")
-        return real_read(self)
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(pathlib.Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(os, "open", open_)
     result = audit_paths([tmp_path])
     assert _kinds(result) == [("bad.py", "unreadable")]
     assert len(result.findings) == 1
