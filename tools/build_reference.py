@@ -5,8 +5,9 @@ Usage::
 
     python tools/build_reference.py [SOURCE_DIR] [--out DIR]
 
-SOURCE_DIR defaults to ``$ECOGUARD_REFERENCE_DATA`` or ``../shared/reference-data`` relative to the
-repository root; ``--out`` defaults to the repository's ``data/``. The script writes
+SOURCE_DIR defaults to ``$ECOGUARD_REFERENCE_DATA`` or the repository's ``data/upstream/`` (the
+vendored copies of exactly the upstream files read here, with their provenance and licences in
+``data/upstream/PROVENANCE.md``); ``--out`` defaults to the repository's ``data/``. The script writes
 ``reference_rows.json`` (one row per measured or reported configuration) and ``README.md``
 (schema, units, counts, attribution, known disagreements). The hand-maintained knowledge tables
 (``gpus.json``, ``models.json``, ``regions.json``, ``equivalents.json``) are not touched.
@@ -16,8 +17,18 @@ floats rounded to a fixed number of decimals, no timestamps. A test rebuilds int
 folder and compares byte for byte with the committed files.
 
 Tiers: ``measured`` = a row of a published raw or summary data file (it has a run count);
-``reported`` = a figure printed only in the publisher's prose tables. The 560-row
-``ecocompute_benchmark_dataset.json`` is formula-generated and never read.
+``reported`` = a figure printed only in the publisher's prose tables, or quoted by a data file
+from a run whose own file was never published. The 560-row ``ecocompute_benchmark_dataset.json``
+is formula-generated and never read.
+
+Sizes: ``params_b`` is the model registry's (``data/models.json``) wherever the row's model is in
+it, so a row and a query for the same model agree on its size (sources round, e.g. 7B for
+Qwen2-7B's 7.62B).
+
+Idle power: where a source subtracted idle power from its energies (its protocol says so and the
+row's own power, throughput and energy confirm it), the idle energy is added back
+(``E + idle_W x 1000 / throughput``) so every ``end_to_end`` row includes idle; rows that cannot
+be corrected get scope ``idle_subtracted`` and never pair with idle-inclusive rows.
 """
 
 from __future__ import annotations
@@ -36,8 +47,11 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_VERSION = 1
+UPSTREAM_DIR = REPO_ROOT / "data" / "upstream"
+MODEL_REGISTRY = REPO_ROOT / "data" / "models.json"
 
-# Source names as they appear in the files -> (registry key, parameter count in billions).
+# Source names as they appear in the files -> (registry key, the size the sources write, in
+# billions). The registry's size replaces the written one for every model it lists.
 # The registry key groups instruct/base/revision variants of one architecture and size: their
 # energy per token is the same to within measurement noise, and the sources themselves mix them
 # (the A800 BS-1 study used Mistral-7B-v0.1, the batch sweep v0.2, the quick study v0.3).
@@ -128,6 +142,13 @@ BS_SWEEP_RAW = BS_SWEEP + "/a800_mistral7b_pure_int8_batch_size_raw_20260215_131
 BS_SWEEP_META = BS_SWEEP + "/a800_mistral7b_pure_int8_batch_size_metadata_20260215_131345.json"
 BS_SWEEP_SUMMARY = BS_SWEEP + "/a800_mistral7b_pure_int8_batch_size_summary_20260215_131345.csv"
 EXCLUDED = "ecocompute-ai/ecocompute_benchmark_dataset.json"
+# Two A800 perplexity files for Yi-1.5-9B int8_default that disagree (the first is the summary's).
+YI9B_INT8_PPL_FILES = ("ppl_yi_1_5_9b_int8_default.json", "ppl_yi15_9b_int8_default.json")
+# How the RTX 4090D sources state their energy formula (memo protocol, pure-INT8 metadata).
+IDLE_SUBTRACTED_FORMULA = re.compile(r"\(\s*Average Power\s*-\s*Idle Power\s*\)", re.IGNORECASE)
+# A recovered idle power this far from the GPU's stated idle means the row is not what we think.
+STATED_IDLE_W = {"rtx4090d": 17.0}  # "Idle Power: ~17W" (EcoCompute hardware_profiles.md)
+IDLE_TOLERANCE_W = 2.0
 
 
 @dataclass
@@ -163,6 +184,10 @@ class Row:
     delta_vs_fp16_pct: float | None = None
     baseline_row: str | None = None
     energy_j_per_request_std: float | None = None
+    # Set only where ecoguard added back idle power the source had subtracted: the watts added
+    # and the energy as the source printed it.
+    idle_added_w: float | None = None
+    energy_j_per_1k_stated: float | None = None
     id: str = field(default="")
 
 
@@ -318,9 +343,13 @@ def rows_a800_json(src: Path) -> list[Row]:
             else:
                 notes.append("a800_summary.csv agrees")
         if key == "yi-1.5-9b" and data["config"] == "int8_default":
+            used, other = (
+                json.loads((folder / name).read_text())["results"]["perplexity"]
+                for name in YI9B_INT8_PPL_FILES
+            )
             notes.append(
-                "perplexity conflict: ppl_yi_1_5_9b_int8_default.json 4.943 (used, as in the "
-                "summary) vs ppl_yi15_9b_int8_default.json 5.77"
+                f"perplexity conflict: {YI9B_INT8_PPL_FILES[0]} {used:g} (used, as in the "
+                f"summary) vs {YI9B_INT8_PPL_FILES[1]} {other:g}"
             )
         notes.append(
             f"generated tokens per run {'/'.join(map(str, tokens))} (generation stopped at EOS)"
@@ -421,6 +450,9 @@ def rows_pure_int8_meta(src: Path) -> list[Row]:
         f"bitsandbytes {sw['bitsandbytes']['version']}"
     )
     models = {m["model_id"]: m["huggingface_path"] for m in data["models_tested"]}
+    formula = data["measurement_protocol"]["energy_calculation"]
+    if not IDLE_SUBTRACTED_FORMULA.search(formula):
+        raise SystemExit(f"build_reference: {rel} no longer states idle subtraction: {formula!r}")
     out = []
     for mid, configs in data["results"].items():
         if mid not in models:
@@ -429,12 +461,17 @@ def rows_pure_int8_meta(src: Path) -> list[Row]:
         for config, vals in configs.items():
             precision = "fp16" if config == "fp16_baseline" else precision_key(config)
             energy, energy_std = num(vals["energy_per_1k"]), num(vals.get("energy_std"))
-            note = (
-                "energy = (average power - idle power) x time per the file's protocol; "
-                "power_w is total board power"
-            )
+            note = "the file's protocol: energy = (average power - idle power) x 1000 / throughput"
+            tier = "measured"
             if "source" in vals:
-                note += f"; file says: {vals['source']}"
+                # FP16 and default INT8 are copied from the 2026-02-12 study, whose raw file
+                # (rtx4090d_clean.csv) was never published; the memo prints the same figures.
+                tier = "reported"
+                note += (
+                    f"; file says: {vals['source']}; tier reported: a figure quoted from the "
+                    "unpublished 2026-02-12 run (rtx4090d_clean.csv), identical to the memo's "
+                    "prose row, not measured in this experiment"
+                )
             out.append(
                 Row(
                     gpu="rtx4090d",
@@ -456,10 +493,13 @@ def rows_pure_int8_meta(src: Path) -> list[Row]:
                     cv_pct=_cv(energy, energy_std),
                     perplexity=None,
                     software=software,
-                    date=vals.get("test_date", data["date"]),
-                    tier="measured",
+                    date=vals.get(
+                        "test_date", "2026-02-12" if tier == "reported" else data["date"]
+                    ),
+                    tier=tier,
                     source=rel,
                     note=note,
+                    scope="idle_subtracted",
                     delta_vs_fp16_pct=num(vals.get("vs_fp16_percent")),
                 )
             )
@@ -499,8 +539,11 @@ def rows_ppl_4090d(src: Path) -> list[Row]:
                 source=rel,
                 note=(
                     "perplexity on 50 WikiText-2 samples (max length 512); energy delta is "
-                    "quoted from the Feb-12/13 4090D energy study, no energy measured here"
+                    "quoted from the Feb-12/13 4090D energy study, no energy measured here; "
+                    "scope idle_subtracted: that study subtracted idle power and this file has "
+                    "no throughput to add it back"
                 ),
+                scope="idle_subtracted",
                 delta_vs_fp16_pct=num(rec["energy_delta_vs_fp16_pct"])
                 if rec["config"] != "fp16"
                 else None,
@@ -885,6 +928,7 @@ def _reported(
     session: str = "",
     software: str = "",
     date: str = "",
+    scope: str = "end_to_end",
 ) -> Row:
     key, params = model_key(model)
     return Row(
@@ -913,7 +957,15 @@ def _reported(
         note=note,
         session=session,
         delta_vs_fp16_pct=delta,
+        scope=scope,
     )
+
+
+# Why the v2.3 RTX 4090D rows count as idle-subtracted although that table prints no power.
+V23_4090D_IDLE = (
+    "its FP16 baselines for Yi-1.5-6B and Mistral-7B are the memo's idle-subtracted figures "
+    "and its deltas are taken against them, so the table is on the idle-subtracted basis"
+)
 
 
 def rows_v23_prose(src: Path) -> list[Row]:
@@ -971,11 +1023,12 @@ def rows_v23_prose(src: Path) -> list[Row]:
                         model=cells[0],
                         precision=precision_key(cells[2]),
                         source=rel,
-                        note="v2.3.0 prose, RTX 4090D NF4 table",
+                        note="v2.3.0 prose, RTX 4090D NF4 table; " + V23_4090D_IDLE,
                         throughput=plus_minus(cells[3]),
                         energy=plus_minus(cells[4]),
                         delta=num(cells[5]),
                         session="nf4",
+                        scope="idle_subtracted",
                     )
                 )
         elif heading.startswith("RTX 4090D — Default INT8"):
@@ -988,11 +1041,12 @@ def rows_v23_prose(src: Path) -> list[Row]:
                         model=cells[0].strip("*"),
                         precision=precision_key(cells[1]),
                         source=rel,
-                        note="v2.3.0 prose, RTX 4090D INT8 table",
+                        note="v2.3.0 prose, RTX 4090D INT8 table; " + V23_4090D_IDLE,
                         throughput=plus_minus(cells[2]),
                         energy=plus_minus(cells[3]),
                         delta=num(cells[4]),
                         session="int8",
+                        scope="idle_subtracted",
                     )
                 )
         elif heading.startswith("A800 — INT8 Overhead"):
@@ -1017,6 +1071,8 @@ def rows_memo_prose(src: Path) -> list[Row]:
     """COMPLETE_DATASET_MEMO.md: RTX 4090D Feb-12 table (FP16/NF4/INT8 std/INT8 pure)."""
     rel = "ecocompute-dynamic-eval/metadata/COMPLETE_DATASET_MEMO.md"
     text = (src / rel).read_text(encoding="utf-8")
+    if not IDLE_SUBTRACTED_FORMULA.search(text):
+        raise SystemExit(f"build_reference: {rel} no longer states idle subtraction")
     out = []
     for _heading, header, body in md_tables(text):
         if header[:2] != ["Model", "Config"] or not body or body[0][0] != "Yi-1.5-6B":
@@ -1028,13 +1084,18 @@ def rows_memo_prose(src: Path) -> list[Row]:
                     model=cells[0],
                     precision=precision_key(cells[1]),
                     source=rel,
-                    note="dataset memo prose table, RTX 4090D (raw rtx4090d_clean.csv never published)",
+                    note=(
+                        "dataset memo prose table, RTX 4090D (raw rtx4090d_clean.csv never "
+                        "published); the memo's protocol: energy = (average power - idle "
+                        "power) x 1000 / throughput"
+                    ),
                     throughput=plus_minus(cells[2]),
                     power=plus_minus(cells[3]),
                     energy=plus_minus(cells[4]),
                     delta=num(cells[5]),
                     cv=num(cells[6]),
                     date="2026-02-12",
+                    scope="idle_subtracted",
                 )
             )
     return out
@@ -1110,6 +1171,102 @@ def _source_tag(source: str) -> str:
     raise SystemExit(f"build_reference: no source tag for {source!r}")
 
 
+def registry_sizes(path: Path = MODEL_REGISTRY) -> dict[str, float]:
+    """Registry key -> parameter count (billions) from the hand-maintained model registry."""
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))["models"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(f"build_reference: cannot read the model registry {path}: {exc}") from None
+    return {entry["key"]: float(entry["params_b"]) for entry in entries}
+
+
+def apply_registry_sizes(rows: list[Row], sizes: dict[str, float]) -> list[Row]:
+    """One source of truth for a model's size: the registry's, where it lists the model."""
+    return [replace(r, params_b=sizes[r.model_key]) if r.model_key in sizes else r for r in rows]
+
+
+def _idle_key(row: Row) -> tuple:
+    return (row.gpu, row.model_key, row.precision, row.energy_j_per_1k, row.throughput_tok_s)
+
+
+def recovered_idle(rows: list[Row]) -> dict[tuple, tuple[float, str]]:
+    """Idle power each idle-subtracted row's own figures imply (power - energy x throughput /
+    1000), keyed by the figures it was printed with, with the id of the row it comes from.
+    Stops the build when one is not near the GPU's stated idle power."""
+    found: dict[tuple, tuple[float, str]] = {}
+    for row in rows:
+        if row.scope != "idle_subtracted" or None in (
+            row.power_w,
+            row.throughput_tok_s,
+            row.energy_j_per_1k,
+        ):
+            continue
+        idle = row.power_w - row.energy_j_per_1k * row.throughput_tok_s / 1000.0
+        stated = STATED_IDLE_W.get(row.gpu)
+        if stated is None or abs(idle - stated) > IDLE_TOLERANCE_W:
+            raise SystemExit(
+                f"build_reference: {row.id} implies {idle:.2f} W idle subtracted, not the stated "
+                f"{stated} W: check the source before correcting it"
+            )
+        found.setdefault(_idle_key(row), (idle, row.id))
+    return found
+
+
+def add_back_idle(rows: list[Row]) -> list[Row]:
+    """Put the idle energy back into rows whose source subtracted it.
+
+    A row is corrected when its own power, throughput and energy give the idle power, or when
+    another idle-subtracted row printed exactly the same energy and throughput for the same
+    configuration (a prose table repeating the memo). The stated energy and delta stay in
+    ``energy_j_per_1k_stated`` and the note; the delta is recomputed on the corrected energies by
+    ``link_baselines``. Rows that cannot be corrected keep scope ``idle_subtracted``."""
+    idle_of = recovered_idle(rows)
+    out = []
+    for row in rows:
+        if row.scope != "idle_subtracted":
+            out.append(row)
+            continue
+        if row.power_w is not None and row.throughput_tok_s and row.energy_j_per_1k is not None:
+            match = (row.power_w - row.energy_j_per_1k * row.throughput_tok_s / 1000.0, row.id)
+        else:
+            match = idle_of.get(_idle_key(row)) if row.throughput_tok_s else None
+        if match is None:
+            reason = (
+                "no energy in this row"
+                if row.energy_j_per_1k is None
+                else "no power column and no identical row to recover the idle power from"
+            )
+            out.append(replace(row, note=row.note + f"; not corrected for idle ({reason})"))
+            continue
+        idle, origin = match
+        stated = row.energy_j_per_1k
+        energy = stated + idle * 1000.0 / row.throughput_tok_s
+        note = (
+            f"; idle {idle:.2f} W added back as {idle:.2f} x 1000 / {row.throughput_tok_s:g} tok/s "
+            f"(stated {stated:g} J/1k"
+            + (
+                f", {row.delta_vs_fp16_pct:+.1f}% vs FP16 on the idle-subtracted basis"
+                if row.delta_vs_fp16_pct is not None
+                else ""
+            )
+            + ")"
+            + ("" if origin == row.id else f"; idle recovered from the identical row {origin}")
+        )
+        out.append(
+            replace(
+                row,
+                energy_j_per_1k=energy,
+                energy_j_per_1k_stated=stated,
+                idle_added_w=idle,
+                scope="end_to_end",
+                fp16_energy_j_per_1k=None,
+                delta_vs_fp16_pct=None,
+                note=row.note + note,
+            )
+        )
+    return out
+
+
 def link_baselines(rows: list[Row]) -> list[Row]:
     """Point each non-FP16 row at its FP16 baseline from the same source (same GPU, model and
     batch size; the same-session baseline where the file pairs them), fill the FP16 energy, and
@@ -1132,9 +1289,18 @@ def link_baselines(rows: list[Row]) -> list[Row]:
         if base is None:
             out.append(row)
             continue
+        if row.scope == "end_to_end" and base.scope != "end_to_end":
+            raise SystemExit(
+                f"build_reference: {row.id} ({row.scope}) would pair with {base.id} ({base.scope})"
+            )
         fp16 = row.fp16_energy_j_per_1k
         if fp16 is None:
-            fp16 = base.energy_j_per_1k
+            # An uncorrected idle-subtracted row keeps its baseline on the same basis.
+            fp16 = (
+                base.energy_j_per_1k_stated
+                if row.scope == "idle_subtracted" and base.energy_j_per_1k_stated is not None
+                else base.energy_j_per_1k
+            )
         delta = row.delta_vs_fp16_pct
         if delta is None:
             delta = _delta(row.energy_j_per_1k, fp16)
@@ -1205,7 +1371,9 @@ def collect(src: Path) -> list[Row]:
         rows_bs_guide,
     ):
         rows.extend(builder(src))
+    rows = apply_registry_sizes(rows, registry_sizes())
     rows = assign_ids(rows)
+    rows = add_back_idle(rows)
     rows = mark_anchor_duplicates(rows)
     rows = link_baselines(rows)
     rows.sort(key=lambda r: r.id)
@@ -1231,6 +1399,235 @@ def counts_table(rows: list[Row]) -> list[tuple[str, str, str, int]]:
     return sorted((g, p, t, n) for (g, p, t), n in counter.items())
 
 
+def _by_id(rows: list[Row]) -> dict[str, Row]:
+    return {r.id: r for r in rows}
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1f}%"
+
+
+def _pct_range(values: list[float]) -> str:
+    low, high = _pct(min(values)), _pct(max(values))
+    return low if low == high else f"{low} to {high}"
+
+
+def _joules(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _stated(row: Row) -> float:
+    """The energy as the source printed it (before any idle correction)."""
+    return (
+        row.energy_j_per_1k_stated
+        if row.energy_j_per_1k_stated is not None
+        else row.energy_j_per_1k
+    )
+
+
+def _stated_delta(row: Row, rows: dict[str, Row]) -> float:
+    """The change vs FP16 on the source's own basis (stated energies)."""
+    base = rows[row.baseline_row]
+    return (_stated(row) / _stated(base) - 1.0) * 100.0
+
+
+def treatment_sections(rows: list[Row]) -> list[str]:
+    """Which rows ecoguard re-tiered, corrected for idle power or kept apart, row by row."""
+    quoted = sorted(r.id for r in rows if r.tier == "reported" and not r.source.endswith(".md"))
+    corrected = sorted((r for r in rows if r.idle_added_w is not None), key=lambda r: r.id)
+    kept_apart = sorted(r.id for r in rows if r.scope == "idle_subtracted")
+    idles = [r.idle_added_w for r in corrected]
+    lines = [
+        "## Tiers, sizes and idle power: what ecoguard changed",
+        "",
+        f"* Tier `reported` although the row is in a data file ({len(quoted)} rows): "
+        "`pure_int8_metadata.json` quotes its FP16 and default-INT8 figures from the unpublished",
+        "  2026-02-12 run (`rtx4090d_clean.csv` was never published); the memo prints the same",
+        "  figures as prose. " + ", ".join(f"`{i}`" for i in quoted) + ".",
+        "* `params_b` is the registry's size (`models.json`) for every row whose model it lists",
+        "  (all of them); the sources print rounded sizes (7B for Qwen2-7B's 7.62B).",
+        "* Idle power. The RTX 4090D memo and `pure_int8_metadata.json` state energy = (average",
+        "  power - idle power) x 1000 / throughput; every row of theirs with power, throughput and",
+        "  energy confirms it (the idle power they imply is "
+        f"{min(idles):.2f}-{max(idles):.2f} W; the publisher states ~17 W). The v2.3 RTX 4090D tables",
+        "  take their deltas against the memo's idle-subtracted FP16 baselines, and the Yi-1.5-6B",
+        "  perplexity CSV quotes deltas from the same study, so they are on that basis too.",
+        f"  * Corrected ({len(corrected)} rows, scope `end_to_end`): energy = stated + idle x 1000 /",
+        "    throughput, with the row's own idle where it prints power, else the idle of the row",
+        "    that printed the same energy and throughput; deltas recomputed on the corrected",
+        "    energies (the note keeps the stated figures):",
+    ]
+    lines += [
+        f"    `{r.id}` ({r.idle_added_w:.2f} W, {_joules(_stated(r))} -> "
+        f"{_joules(r.energy_j_per_1k)} J/1k)"
+        for r in corrected
+    ]
+    lines += [
+        f"  * Kept apart ({len(kept_apart)} rows, scope `idle_subtracted`: no power column and no",
+        "    identical row to recover the idle from, or no energy at all):",
+        "    " + ", ".join(f"`{i}`" for i in kept_apart) + ".",
+        "  * RTX PRO 6000 phase rows are decode-phase energies with the file's idle subtracted",
+        "    (scope `decode_active`, not corrected: the phase split is their point).",
+        "  * Every other row includes idle: where a row gives power, throughput and energy, energy",
+        "    equals power x 1000 / throughput within "
+        f"{_max_energy_mismatch_pct(rows):.1f}% (means of runs vs ratio of means).",
+        "",
+    ]
+    return lines
+
+
+def _max_energy_mismatch_pct(rows: list[Row]) -> float:
+    worst = 0.0
+    for r in rows:
+        if r.scope != "end_to_end" or None in (r.power_w, r.throughput_tok_s, r.energy_j_per_1k):
+            continue
+        implied = r.power_w * 1000.0 / r.throughput_tok_s
+        worst = max(worst, abs(implied / r.energy_j_per_1k - 1.0) * 100.0)
+    return worst
+
+
+def fp16_baseline_spread(rows: list[Row], gpu: str) -> tuple[str, float, float, float]:
+    """The model whose FP16 baselines on ``gpu`` differ most between sessions: (model key,
+    lowest, highest J/1k, spread %). Baselines are the FP16 rows and the FP16 energies that
+    quantized rows without an FP16 row of their own (the anchors) carry."""
+    energies: dict[str, set[float]] = {}
+    for r in rows:
+        if r.gpu != gpu or r.scope != "end_to_end" or r.tier != "measured":
+            continue
+        if r.precision == "fp16" and r.energy_j_per_1k is not None:
+            energies.setdefault(r.model_key, set()).add(round(r.energy_j_per_1k, 2))
+        elif r.baseline_row is None and r.fp16_energy_j_per_1k is not None:
+            energies.setdefault(r.model_key, set()).add(round(r.fp16_energy_j_per_1k, 2))
+    key = max(energies, key=lambda k: max(energies[k]) / min(energies[k]))
+    low, high = min(energies[key]), max(energies[key])
+    return key, low, high, (high / low - 1.0) * 100.0
+
+
+def disagreement_section(rows: list[Row], src: Path, sweep_problems: list[str]) -> list[str]:
+    """Where the sources disagree with each other, with every figure taken from the rows."""
+    by_id = _by_id(rows)
+
+    def row(ident: str) -> Row:
+        return by_id[ident]
+
+    def deltas(pred) -> list[float]:
+        return [r.delta_vs_fp16_pct for r in rows if pred(r) and r.delta_vs_fp16_pct is not None]
+
+    guide1 = row("a800/mistral-7b/int8_pure/bs1/bsguide-prose")
+    guide64 = row("a800/mistral-7b/int8_pure/bs64/bsguide-prose")
+    sweep1 = next(r for r in rows if r.source == BS_SWEEP_RAW and r.batch_size == 1)
+    sweep64 = next(r for r in rows if r.source == BS_SWEEP_RAW and r.batch_size == 64)
+    drop_raw = (sweep64.energy_j_per_request / sweep1.energy_j_per_request - 1.0) * 100.0
+    drop_prose = (guide64.energy_j_per_request / guide1.energy_j_per_request - 1.0) * 100.0
+    a800_json = row("a800/mistral-7b/int8_pure/bs1/ecai-a800json")
+    a800_quick = row("a800/mistral-7b/int8_pure/bs1/dyn-a800meta")
+    a800_hw = json.loads((src / "ecocompute-dynamic-eval/metadata/a800_metadata.json").read_text())
+    a800_gpu = a800_hw["hardware"]["gpu"]
+    ppl_used, ppl_other = (
+        json.loads((src / "ecocompute-ai/data/a800_results" / name).read_text())["results"][
+            "perplexity"
+        ]
+        for name in YI9B_INT8_PPL_FILES
+    )
+    memo_yi_nf4 = row("rtx4090d/yi-1.5-6b/nf4/bs1/memo-prose")
+    v23_yi_nf4 = row("rtx4090d/yi-1.5-6b/nf4/bs1/v23-prose/nf4")
+    memo_phi = row("rtx4090d/phi-3-mini/fp16/bs1/memo-prose")
+    v23_phi = row("rtx4090d/phi-3-mini/fp16/bs1/v23-prose/nf4")
+    memo_phi_nf4 = row("rtx4090d/phi-3-mini/nf4/bs1/memo-prose")
+    v23_phi_nf4 = row("rtx4090d/phi-3-mini/nf4/bs1/v23-prose/nf4")
+    memo_qwen = row("rtx4090d/qwen2.5-7b/fp16/bs1/memo-prose")
+    v23_qwen = row("rtx4090d/qwen2.5-7b/fp16/bs1/v23-prose/nf4")
+    csv_q15 = row("rtx5090/qwen2-1.5b/nf4/bs1/ecai-5090csv")
+    v23_q15 = row("rtx5090/qwen2-1.5b/nf4/bs1/v23-prose/earlier")
+    jan_7b = row("rtx5090/qwen2-7b/nf4/bs1/ecai-5090csv")
+    v23_7b = row("rtx5090/qwen2.5-7b/nf4/bs1/v23-prose")
+    sep_7b = deltas(
+        lambda r: (
+            r.source.endswith("rtx5090_bnb_2026-09-20.csv")
+            and r.model_key == "qwen2-7b"
+            and r.precision == "nf4"
+        )
+    )
+
+    def int8_4090(tag: str, small: bool) -> list[float]:
+        return deltas(
+            lambda r: (
+                r.gpu == "rtx4090"
+                and r.precision == "int8_mixed"
+                and f"/{tag}" in r.id
+                and (r.model_key != "qwen2-7b") is small
+            )
+        )
+
+    paired_7b = int8_4090("qe-4090paired", False)
+    repeats_7b = int8_4090("qe-4090rep", False)
+    anchor_7b = int8_4090("qe-anchor", False)
+    small_int8 = int8_4090("qe-4090paired", True) + int8_4090("qe-4090rep", True)
+    spread_key, spread_lo, spread_hi, spread_pct = fp16_baseline_spread(rows, "rtx4090")
+    paired_3b = deltas(lambda r: r.id == "rtx4090/qwen2.5-3b/nf4/bs1/qe-4090paired")
+    cards_3b = deltas(
+        lambda r: r.source.endswith("rtx4090_bnb_2026-09-25.csv") and r.precision == "nf4"
+    )
+    fp8_v23 = deltas(lambda r: r.precision == "fp8_weight_only" and r.tier == "reported")
+    fp8_qe = deltas(lambda r: r.precision == "fp8_weight_only" and r.tier == "measured")
+    return [
+        "## Known disagreements (both rows kept; the estimator prefers measured)",
+        "",
+        "* A800 batch sweep: the prose `batch_size_guide.md` gives "
+        f"{guide1.energy_j_per_request:g} J/request and {_joules(guide1.energy_j_per_1k)} J/1k at",
+        f"  BS 1 (and {guide64.energy_j_per_request:g} J/request at BS 64); the raw CSV gives "
+        f"{sweep1.energy_j_per_request:.1f} J/request and {sweep1.energy_j_per_1k:.1f} J/1k at BS 1",
+        f"  and {sweep64.energy_j_per_request:.2f} J/request at BS 64. The relative drop agrees "
+        f"({_pct(drop_prose)} prose, {_pct(drop_raw)} raw); the absolute values do not",
+        "  (the prose J/request looks divided by the token count and its BS 1 row is the Feb-13 quick",
+        "  study's). Raw means recomputed here "
+        + (
+            "match the published summary CSV."
+            if not sweep_problems
+            else "differ from the summary: " + "; ".join(sweep_problems)
+        ),
+        f"* A800 BS 1 pure INT8: {a800_json.energy_j_per_1k:.0f} J/1k ({a800_json.n_runs} runs, up to "
+        "512 tokens, `energy_mistral_7b_int8_pure.json`)",
+        f"  vs {a800_quick.energy_j_per_1k:.0f} J/1k ({a800_quick.n_runs} runs, "
+        f"{a800_quick.generation_tokens} tokens, `a800_metadata.json`) vs "
+        f"{sweep1.energy_j_per_1k:.0f} J/1k (sweep, {sweep1.prompt_tokens}+"
+        f"{sweep1.generation_tokens} tokens).",
+        f"* `a800_metadata.json` describes its GPU as {a800_gpu['full_name']} with "
+        f"{a800_gpu['vram']} and {a800_gpu['tdp']}; every other",
+        "  A800 file says A800-SXM4-80GB.",
+        f"* Yi-1.5-9B int8_default perplexity on A800: {ppl_used:g} (`{YI9B_INT8_PPL_FILES[0]}`, "
+        "used by",
+        f"  the summary) vs {ppl_other:g} (`{YI9B_INT8_PPL_FILES[1]}`).",
+        "* RTX 4090D, as printed (idle subtracted): the memo gives Yi-1.5-6B NF4 "
+        f"{memo_yi_nf4.throughput_tok_s:g} tok/s, {_joules(_stated(memo_yi_nf4))} J/1k "
+        f"({_pct(_stated_delta(memo_yi_nf4, by_id))})",
+        f"  and Qwen2.5-7B FP16 {_joules(_stated(memo_qwen))} J/1k; the v2.3 prose gives "
+        f"{v23_yi_nf4.throughput_tok_s:g} tok/s, {_joules(_stated(v23_yi_nf4))} J/1k "
+        f"({_pct(_stated_delta(v23_yi_nf4, by_id))}) and {_joules(_stated(v23_qwen))} J/1k.",
+        f"  Phi-3-mini FP16 is {_joules(_stated(memo_phi))} J/1k (memo) vs "
+        f"{_joules(_stated(v23_phi))} J/1k (v2.3); NF4 delta "
+        f"{_pct(_stated_delta(memo_phi_nf4, by_id))} vs {_pct(_stated_delta(v23_phi_nf4, by_id))}.",
+        f"* RTX 5090 Qwen2-1.5B NF4: {csv_q15.energy_j_per_1k:,.2f} J/1k (CSV) vs "
+        f"{_joules(v23_q15.energy_j_per_1k)} (v2.3 prose).",
+        f"* RTX 5090 NF4 at 7B: {_pct(jan_7b.delta_vs_fp16_pct)} (Jan study CSV, Qwen2-7B, "
+        f"{jan_7b.generation_tokens} tokens) vs {_pct_range(sep_7b)}",
+        "  (Sep 2026 bnb sessions, Qwen2-7B, 10 x 256 tokens, bnb 0.50.2) vs "
+        f"{_pct(v23_7b.delta_vs_fp16_pct)} (v2.3 prose, Qwen2.5-7B).",
+        f"* RTX 4090 INT8 (LLM.int8()) vs FP16 at Qwen2-7B: {_pct_range(paired_7b)} (paired "
+        f"2026-08-19) vs {_pct_range(repeats_7b)} (repeats)",
+        f"  vs {_pct_range(anchor_7b)} (anchors, July 2026 mlcube); the smaller models "
+        f"{_pct_range(small_int8)} (paired and repeats).",
+        f"  The FP16 baselines of one size differ by up to {spread_pct:.0f}% between sessions",
+        f"  ({spread_key} {_joules(spread_lo)} to {_joules(spread_hi)} J/1k).",
+        f"* RTX 4090 Qwen2.5-3B NF4: {_pct_range(paired_3b)} (paired 2026-08-19) vs "
+        f"{_pct_range(cards_3b)} (2026-09-25, two cards).",
+        f"* FP8 weight-only on RTX 5090: {_pct_range(fp8_v23)} (v2.3, torchao 0.17 nightly) vs "
+        f"{_pct_range(fp8_qe)}",
+        "  (torchao 0.18.0, 2026-09-20). Both eager mode.",
+        "",
+    ]
+
+
 def render_readme(rows: list[Row], src: Path) -> str:
     counts = counts_table(rows)
     tiers = Counter(r.tier for r in rows)
@@ -1240,9 +1637,11 @@ def render_readme(rows: list[Row], src: Path) -> str:
     lines = [
         "# ecoguard reference data",
         "",
-        "Compiled by `tools/build_reference.py` from `../shared/reference-data/` (a collected copy of",
-        "the EcoCompute publications). Do not edit `reference_rows.json` or this file by hand: change",
-        "the script and rebuild (`python tools/build_reference.py`). A test rebuilds both and compares.",
+        "Compiled by `tools/build_reference.py` from `data/upstream/` (byte-exact copies of the",
+        "EcoCompute files the script reads; provenance, commits, checksums and licences in",
+        "`data/upstream/PROVENANCE.md`). Do not edit `reference_rows.json` or this file by hand:",
+        "change the script and rebuild (`python tools/build_reference.py`). A test rebuilds both and",
+        "compares; `tests/knowledge/test_data_claims.py` recomputes every figure below from the rows.",
         "",
         "## Attribution and licences",
         "",
@@ -1258,7 +1657,9 @@ def render_readme(rows: list[Row], src: Path) -> str:
         "| github.com/hongping-zh/hongping-zh.github.io | MIT |",
         "| ecocompute skill v2.3.0 text (repository unknown, via a search index) | points at the CC BY 4.0 Zenodo data |",
         "",
-        "ecoguard copies numbers, not prose or code: every row names its source file.",
+        "ecoguard's rows carry numbers, not prose or code: every row names its source file. The",
+        "vendored source files under `upstream/` are redistributed unchanged under the licences",
+        "above, for rebuilding only (the wheel does not ship them).",
         "",
         "## Files",
         "",
@@ -1273,7 +1674,7 @@ def render_readme(rows: list[Row], src: Path) -> str:
         "|---|---|",
         "| `id` | stable id `gpu/model_key/precision/bsN/source-tag[/session]` |",
         "| `gpu` | ecoguard GPU profile key (`gpus.json`) |",
-        "| `model_id`, `model_key`, `params_b` | model as the source names it; registry key; billions of parameters |",
+        "| `model_id`, `model_key`, `params_b` | model as the source names it; registry key; billions of parameters from the registry (`models.json`), not the rounded size the source prints |",
         "| `precision` | `fp16`, `nf4`, `nf4_dq`, `int8_mixed` (bitsandbytes LLM.int8() default threshold 6.0), `int8_pure` (threshold 0.0), `fp8_weight_only`, `fp8_dynamic` (torchao) |",
         "| `batch_size`, `prompt_tokens`, `generation_tokens` | sequences per generate call; prompt and new tokens per sequence (null when the source does not say) |",
         "| `throughput_tok_s`, `throughput_std` | generated tokens per second over the whole batch (mean, std) |",
@@ -1284,9 +1685,10 @@ def render_readme(rows: list[Row], src: Path) -> str:
         "| `perplexity` | WikiText-2 perplexity where measured (setups differ per source) |",
         "| `fp16_energy_j_per_1k`, `delta_vs_fp16_pct`, `baseline_row` | the FP16 baseline the source pairs the row with (same session where the file has one) and the energy change vs it, % |",
         "| `software`, `date` | stack and date as recorded |",
-        "| `tier` | `measured` (raw or summary data file with runs) or `reported` (publisher's prose table only) |",
-        "| `scope` | `end_to_end` (generate call, idle not subtracted unless the note says so), `decode_active` (decode phase with idle subtracted: not comparable), `duplicate` (an anchor row repeating another file's row) |",
-        "| `source`, `session`, `note` | file relative to reference-data; session/replicate; caveats |",
+        "| `tier` | `measured` (raw or summary data file with runs) or `reported` (publisher's prose table only, or a data file quoting a run whose own file was never published) |",
+        "| `scope` | `end_to_end` (whole generate call, idle power included), `idle_subtracted` (the source subtracted idle power and the row cannot be corrected: never paired with `end_to_end` rows), `decode_active` (decode phase with idle subtracted: not comparable), `duplicate` (an anchor row repeating another file's row) |",
+        "| `idle_added_w`, `energy_j_per_1k_stated` | set only where ecoguard added back idle power the source had subtracted: watts added, and the energy as printed (`energy_j_per_1k` = stated + idle_added_w x 1000 / throughput_tok_s) |",
+        "| `source`, `session`, `note` | file relative to `data/upstream/`; session/replicate; caveats |",
         "",
         f"## Counts ({len(rows)} rows: "
         + ", ".join(f"{n} {t}" for t, n in sorted(tiers.items()))
@@ -1315,42 +1717,12 @@ def render_readme(rows: list[Row], src: Path) -> str:
         "  generated, not measured. It is never a reference.",
         "* Templates (`community_*`), JSON schemas, the mlcube illustrative/no-GPU examples (labelled",
         "  synthetic or interpolated), `curves.json` and `coverage_matrix` (fits and roll-ups of rows",
-        "  already here), `gpus_addition.csv` (unverified spec values), `uncertainty_report` and",
-        "  summary CSVs (roll-ups, used only to check our means).",
+        "  already here), `gpus_addition.csv` (unverified spec values), `uncertainty_report` and the",
+        "  other summary CSVs (roll-ups). Of the summaries only `a800_summary.csv` (the A800",
+        "  perplexities, and a check of our means) and the batch-sweep summary (a check) are read.",
         "",
-        "## Known disagreements (both rows kept; the estimator prefers measured)",
-        "",
-        "* A800 batch sweep: the prose `batch_size_guide.md` gives 14.16 J/request and 5,781 J/1k at",
-        "  BS 1 (and 0.61 J/request at BS 64); the raw CSV gives 1768.3 J/request and 6907.4 J/1k at BS 1",
-        "  and 75.89 J/request at BS 64. The relative drop (-95.7%) agrees; the absolute values do not",
-        "  (the prose J/request looks divided by the token count and its BS 1 row is the Feb-13 quick",
-        "  study's). Raw means recomputed here "
-        + (
-            "match the published summary CSV."
-            if not sweep_problems
-            else "differ from the summary: " + "; ".join(sweep_problems)
-        ),
-        "* A800 BS 1 pure INT8: 6528 J/1k (10 runs, up to 512 tokens, `energy_mistral_7b_int8_pure.json`)",
-        "  vs 5781 J/1k (5 runs, 128 tokens, `a800_metadata.json`) vs 6907 J/1k (sweep, 256+256 tokens).",
-        "* `a800_metadata.json` describes its GPU as A800 80GB PCIe with 40 GB and 250 W; every other",
-        "  A800 file says A800-SXM4-80GB.",
-        "* Yi-1.5-9B int8_default perplexity on A800: 4.943 (`ppl_yi_1_5_9b_int8_default.json`, used by",
-        "  the summary) vs 5.77 (`ppl_yi15_9b_int8_default.json`).",
-        "* RTX 4090D NF4: the memo table gives Yi-1.5-6B 19.23 tok/s, 3,292 J/1k (-30.2%) and Qwen2.5-7B",
-        "  5,217 J/1k FP16; the v2.3 prose gives 36.42 tok/s, 3,333 J/1k (-29.3%) and 5,649 J/1k FP16.",
-        "  Phi-3-mini FP16 is 3,003 J/1k (memo) vs 2,775 J/1k (v2.3); NF4 delta -8.1% vs +10.8%.",
-        "* RTX 5090 Qwen2-1.5B NF4: 3,120.49 J/1k (CSV) vs 3,123 (v2.3 prose).",
-        "* RTX 5090 NF4 at 7B: -11.4% (Jan study CSV, Qwen2-7B, 512 tokens) vs -31.4% to -32.3%",
-        "  (Sep 2026 bnb sessions, Qwen2-7B, 10 x 256 tokens, bnb 0.50.2) vs -11.5% (v2.3 prose, Qwen2.5-7B).",
-        "* RTX 4090 INT8 (LLM.int8()) vs FP16: +105.8% (paired 2026-08-19) vs +101.8..110.0% (repeats)",
-        "  vs +49.5% (anchors, July 2026 mlcube); small models +300..595%. The FP16 baselines of one",
-        "  size differ by up to 20% between sessions (Qwen2-0.5B 1182..1551 J/1k).",
-        "* RTX 4090 Qwen2.5-3B NF4: -15.1% (paired 2026-08-19) vs +0.5..+3.5% (2026-09-25, two cards).",
-        "* FP8 weight-only on RTX 5090: +158..+701% (v2.3, torchao 0.17 nightly) vs +187..+815%",
-        "  (torchao 0.18.0, 2026-09-20). Both eager mode.",
-        "* RTX 4090D pure-INT8 energies follow (power - idle) x time while power_w is total power;",
-        "  RTX PRO 6000 phase rows subtract 34.431 W idle; all other rows include idle.",
-        "",
+        *treatment_sections(rows),
+        *disagreement_section(rows, src, sweep_problems),
     ]
     return "\n".join(lines)
 
@@ -1375,7 +1747,7 @@ def default_source() -> Path:
     env = os.environ.get("ECOGUARD_REFERENCE_DATA")
     if env:
         return Path(env)
-    return (REPO_ROOT / ".." / "shared" / "reference-data").resolve()
+    return UPSTREAM_DIR
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,10 +18,15 @@ class ReferenceRow:
     Units: ``throughput_tok_s`` generated tokens per second over the whole batch; ``power_w``
     average board power; ``energy_j_per_1k`` joules per 1000 generated tokens;
     ``energy_j_per_request`` joules per sequence. ``tier`` is ``measured`` (a data file with runs),
-    ``reported`` (prose table only) or ``local`` (measured on this machine). ``source`` is the
-    file relative to the reference-data folder. ``scope`` says what the energy covers:
-    ``end_to_end``, ``decode_active`` (idle subtracted, decode only) or ``duplicate`` (an anchor
-    repeating another file's row); the estimator uses only ``end_to_end`` rows.
+    ``reported`` (prose table only, or a figure a data file quotes from an unpublished run) or
+    ``local`` (measured on this machine). ``source`` is the file relative to the reference-data
+    folder (``data/upstream/``). ``scope`` says what the energy covers: ``end_to_end`` (the whole
+    generate call, idle power included), ``idle_subtracted`` (the source subtracted idle power and
+    the row cannot be corrected), ``decode_active`` (idle subtracted, decode only) or
+    ``duplicate`` (an anchor repeating another file's row); the estimator uses only
+    ``end_to_end`` rows. ``idle_added_w`` is set where ecoguard added back the idle power the
+    source had subtracted (``energy_j_per_1k`` = ``energy_j_per_1k_stated`` + idle_added_w x 1000
+    / throughput_tok_s); ``params_b`` is the model registry's size for ``model_key``.
     """
 
     id: str
@@ -54,6 +59,8 @@ class ReferenceRow:
     delta_vs_fp16_pct: float | None = None
     baseline_row: str | None = None
     energy_j_per_request_std: float | None = None
+    idle_added_w: float | None = None
+    energy_j_per_1k_stated: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -134,9 +141,12 @@ class GridInfo:
 @dataclass(frozen=True, slots=True)
 class Crossover:
     """Model size (billions of parameters) above which a quantized precision uses less energy
-    per token than FP16 on one architecture. ``fitted_b`` is ecoguard's fit of the measured rows
-    (tier ``derived``; ``method`` says how; None when the rows do not cross or are too few);
-    ``reported_b`` is the publisher's threshold (tier ``reported``)."""
+    per token than FP16 on one architecture. ``fitted_b`` is ecoguard's fit of the measured pairs
+    (tier ``derived``; ``method`` says how), set only when the fitted line crosses zero inside
+    the measured sizes (``measured_min_b`` to ``measured_max_b``); a root outside them is
+    ``root_b`` alone, an extrapolation, not an observed crossover. ``saving_measured`` says
+    whether any measured pair used less energy than its FP16 baseline. ``reported_b`` is the
+    publisher's threshold (tier ``reported``)."""
 
     architecture: str
     precision: str
@@ -147,6 +157,10 @@ class Crossover:
     sources: tuple[str, ...]
     fitted_tier: str = "derived"
     reported_tier: str = "reported"
+    root_b: float | None = None
+    measured_min_b: float | None = None
+    measured_max_b: float | None = None
+    saving_measured: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -26,7 +26,6 @@ from ecoguard.knowledge import (
 from ecoguard.knowledge.estimator import batch_power_law, estimate
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = (REPO / ".." / "shared" / "reference-data").resolve()
 
 
 def _deployment(model, gpu, precision, bs=1, gen=None, prompt=None) -> Deployment:
@@ -53,10 +52,12 @@ def _build_script():
     return module
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/reference-data is absent")
-def test_build_script_reproduces_data(tmp_path):
+def test_build_script_reproduces_data(tmp_path, monkeypatch):
+    """The vendored upstream files (data/upstream/, in every clone) rebuild data/ byte for byte."""
+    monkeypatch.delenv("ECOGUARD_REFERENCE_DATA", raising=False)
     module = _build_script()
-    module.build(SHARED, tmp_path)
+    assert module.default_source() == REPO / "data" / "upstream"
+    module.build(module.default_source(), tmp_path)
     for name in ("reference_rows.json", "README.md"):
         assert (tmp_path / name).read_bytes() == (REPO / "data" / name).read_bytes(), name
 
