@@ -50,6 +50,13 @@ MAX_QUESTION_CHARS = 10_000
 # an agent's context does not need them all at once).
 MAX_LOOKUP_LIMIT = 500
 DEFAULT_LOOKUP_LIMIT = 50
+# Tool calls run in worker threads, at most MAX_RUNNING_CALLS at once, so CPU-bound calls (48
+# concurrent audits of large modules) cannot crowd out the event loop that reads the wire and
+# answers ping; MAX_WAITING_CALLS more wait their turn and any beyond are refused as busy.
+MAX_RUNNING_CALLS = 2
+MAX_WAITING_CALLS = 32
+# The audit is linear in the size of the source (about 1 s per 150 KB); this is a backstop.
+AUDIT_TIME_LIMIT_S = 20.0
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 ATTRIBUTION = (
@@ -100,26 +107,73 @@ def _serve(args: argparse.Namespace) -> int:
         format="ecoguard mcp: %(levelname)s %(name)s: %(message)s",
     )
     server = build_server(log_level=args.log_level)
-    server.run("stdio")
+    import anyio
+
+    anyio.run(_run_stdio, server)
     return 0
+
+
+async def _run_stdio(server: Any) -> None:
+    """Serve over stdio with every inbound line checked first (ecoguard.mcp_stdio), so a
+    malformed line gets a JSON-RPC error instead of the SDK's silence."""
+    lowlevel = getattr(server, "_lowlevel_server", None)
+    if lowlevel is None:  # an SDK that moved it: serve as the SDK does, unchecked
+        logger.warning("this MCP SDK hides its low-level server; malformed lines go unanswered")
+        await server.run_stdio_async()
+        return
+    from ecoguard.mcp_stdio import checked_stdio
+
+    async with checked_stdio() as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 # ---------------------------------------------------------------------------------------------
 # Error handling shared by every tool
 
 
-def _tool_errors(fn: _Fn) -> _Fn:
-    """Turn ecoguard's usage errors into MCP tool errors with their message, and any other
-    failure into a tool error naming it (traceback logged on stderr), so one bad call never
-    stops the server or leaves the agent with no idea what went wrong."""
+class _CallGate:
+    """Runs tool functions in worker threads: ``running`` at a time, ``waiting`` more queued,
+    the rest refused at once with a tool error saying so. Used from the event loop only."""
+
+    def __init__(self, running: int = MAX_RUNNING_CALLS, waiting: int = MAX_WAITING_CALLS):
+        self.running = running
+        self.waiting = waiting
+        self.admitted = 0  # calls running or waiting now
+        self._limiter: Any = None
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        import anyio.to_thread
+        from anyio import CapacityLimiter
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        if self.admitted >= self.running + self.waiting:
+            raise ToolError(
+                f"busy: {self.admitted} tool calls are running or waiting (at most "
+                f"{self.running} run at once, {self.waiting} wait); retry in a moment"
+            )
+        if self._limiter is None:
+            self._limiter = CapacityLimiter(self.running)
+        self.admitted += 1
+        try:
+            call = functools.partial(fn, *args, **kwargs)
+            return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+        finally:
+            self.admitted -= 1
+
+
+def _tool_errors(fn: _Fn, gate: _CallGate) -> _Fn:
+    """Run ``fn`` through ``gate`` (a worker thread, bounded), and turn ecoguard's usage
+    errors into MCP tool errors with their message, and any other failure into a tool error
+    naming it (traceback logged on stderr), so one bad call never stops the server or leaves
+    the agent with no idea what went wrong."""
     from mcp.server.mcpserver.exceptions import ToolError
 
     from ecoguard.errors import UnknownGpuError, UsageError
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            return await gate.run(fn, *args, **kwargs)
         except ToolError:
             raise
         except UnknownGpuError as exc:
@@ -243,7 +297,8 @@ def _audit_code(source: str, filename: str, gpu: str | None) -> dict[str, Any]:
             "audit_code reads Python source text; for a notebook send the code cells joined "
             "as one .py text, or run `ecoguard audit notebook.ipynb` locally"
         )
-    return json_ready(audit_source(source, filename, gpu=gpu).to_dict())
+    result = audit_source(source, filename, gpu=gpu, time_limit_s=AUDIT_TIME_LIMIT_S)
+    return json_ready(result.to_dict())
 
 
 def _explain(rule_id: str) -> dict[str, Any]:
@@ -369,6 +424,11 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
     grid_region(settings.region)  # an unknown ECOGUARD_REGION is said at start
 
     strict = _StrictArguments()
+    gate = _CallGate()
+
+    def guarded(fn: _Fn) -> _Fn:
+        return _tool_errors(fn, gate)
+
     server = MCPServer(
         SERVER_NAME,
         title="ecoguard: GPU energy advice for LLM inference",
@@ -449,7 +509,7 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
     # -- tools ---------------------------------------------------------------------------------
 
     @server.tool(annotations=read_only)
-    @_tool_errors
+    @guarded
     def optimize(
         model: Model,
         gpu: Gpu = None,
@@ -483,7 +543,7 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
         )
 
     @server.tool(annotations=read_only)
-    @_tool_errors
+    @guarded
     def compare(
         model: Model,
         gpu: Gpu = None,
@@ -522,7 +582,7 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
         )
 
     @server.tool(annotations=read_only)
-    @_tool_errors
+    @guarded
     def estimate(
         model: Model,
         gpu: Gpu = None,
@@ -575,7 +635,7 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
         )
 
     @server.tool(annotations=read_only)
-    @_tool_errors
+    @guarded
     def diagnose(
         model: Annotated[
             str | None,
@@ -630,7 +690,7 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
         )
 
     @server.tool(annotations=read_only)
-    @_tool_errors
+    @guarded
     def advise(
         question: Annotated[
             str,
@@ -650,7 +710,7 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
         return _advise(question, settings)
 
     @server.tool(annotations=read_only)
-    @_tool_errors
+    @guarded
     def audit_code(
         source: Annotated[
             str,
@@ -686,7 +746,7 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
         return _audit_code(source, filename, gpu)
 
     @server.tool(annotations=read_only)
-    @_tool_errors
+    @guarded
     def explain_trap(
         rule_id: Annotated[
             Literal[RULE_IDS],  # type: ignore[valid-type]
@@ -699,7 +759,7 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
         return _explain(rule_id)
 
     @server.tool(annotations=read_only)
-    @_tool_errors
+    @guarded
     def lookup_data(
         gpu: Annotated[
             str | None,
@@ -771,6 +831,7 @@ def build_server(*, settings: Any = None, log_level: str = "WARNING") -> Any:
         return _gpus_json()
 
     strict.server = server
+    server.ecoguard_gate = gate  # type: ignore[attr-defined]  # tests read its counters
     return server
 
 
