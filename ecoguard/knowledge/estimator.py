@@ -289,6 +289,21 @@ def _why_no_basis(precision: str, params_b: float | None) -> str:
     return f"no reference rows for {precision} on any GPU near this configuration"
 
 
+def _unregistered_key(model_id: str | None, params_b: float | None) -> str | None:
+    """A model outside the registry that has rows of its own (a local bench row): matched by
+    its id, else by its exact size."""
+    from ecoguard.knowledge.tables import reference_rows
+
+    full = evidence(reference_rows())
+    if model_id and f"id:{model_id}" in full.params:
+        return f"id:{model_id}"
+    if params_b is not None:
+        for key, size in sorted(full.params.items()):
+            if key.startswith("id:") and abs(size - params_b) < 1e-6:
+                return key
+    return None
+
+
 def _evidence_for(gpu: GpuProfile, model_key: str | None, params_b, precision, bs, holdout):
     from ecoguard.knowledge.tables import reference_rows
 
@@ -387,6 +402,8 @@ def estimate(
     elif precision in ("fp8_weight_only", "fp8_dynamic") and not gpu.fp8:
         why_none = f"{gpu.key} ({gpu.architecture}) has no FP8 support"
     else:
+        if model_key is None:
+            model_key = _unregistered_key(deployment.model.id, params_b)
         ev = _evidence_for(gpu, model_key, params_b, lookup_precision, bs, holdout)
         if model_key is not None and params_b is not None and model_key in ev.params:
             # The rows' size for a model they measured: the same model is not extrapolated.

@@ -101,12 +101,18 @@ def row_batch(row: ReferenceRow) -> int:
     return row.batch_size or 1
 
 
+def model_of(row: ReferenceRow) -> str:
+    """The row's model: its registry key, or ``id:<model id>`` for a model outside the registry
+    (a local ``ecoguard bench`` row of a custom model)."""
+    return row.model_key or f"id:{row.model_id}"
+
+
 def config_of(row: ReferenceRow) -> ConfigKey:
-    return (row.gpu, row.model_key, row.precision, row_batch(row))
+    return (row.gpu, model_of(row), row.precision, row_batch(row))
 
 
 def usable(row: ReferenceRow) -> bool:
-    return row.scope == "end_to_end" and row.energy_j_per_1k is not None and bool(row.model_key)
+    return row.scope == "end_to_end" and row.energy_j_per_1k is not None
 
 
 def best_tier(rows: Iterable[ReferenceRow]) -> list[ReferenceRow]:
@@ -146,7 +152,7 @@ class Evidence:
             if not usable(row) or self.is_hidden(config_of(row)):
                 continue
             self.by_config.setdefault(config_of(row), []).append(row)
-            self.params.setdefault(row.model_key, row.params_b)
+            self.params.setdefault(model_of(row), row.params_b)
 
     def is_hidden(self, key: ConfigKey) -> bool:
         return key[0] in self.hidden_gpus or key in self.hidden_configs

@@ -325,6 +325,24 @@ def test_reference_deviation(monkeypatch, measured, expected_mood):
         assert found[0].evidence == ("row-1",)
 
 
+@pytest.mark.parametrize(
+    ("measured", "expected_mood"),
+    [(0.9, None), (1.2, None), (1.3, Mood.YELLOW), (0.2, None), (0.1, Mood.GRAY)],
+)
+def test_reference_deviation_respects_the_reference_range(monkeypatch, measured, expected_mood):
+    """A reference of 0.5 J/token with a p10-p90 range of 0.15-1.25 J/token (a figure carried
+    from other GPUs): 0.9 J/token is 1.8x the centre but inside the range, so no alert."""
+    est = _Est(500.0, tier="extrapolated")
+    est.energy_per_1k_tokens_j_range = (150.0, 1250.0)
+    monkeypatch.setattr(impact_module, "estimator_provider", lambda: lambda d, **kw: est)
+    found = evaluate(
+        dep(precision="fp16", gpu=A800), only=["reference-deviation"], measured_j_per_token=measured
+    )
+    assert (found[0].mood if found else None) == expected_mood
+    if found:
+        assert "range 0.15-1.25" in found[0].message
+
+
 def test_reference_deviation_without_reference():
     assert not evaluate(
         dep(precision="fp16"), only=["reference-deviation"], measured_j_per_token=9.0
