@@ -1449,7 +1449,7 @@ def treatment_sections(rows: list[Row]) -> list[str]:
         "* Idle power. The RTX 4090D memo and `pure_int8_metadata.json` state energy = (average",
         "  power - idle power) x 1000 / throughput; every row of theirs with power, throughput and",
         "  energy confirms it (the idle power they imply is "
-        f"{min(idles):.2f}-{max(idles):.2f} W; the publisher states ~17 W). The v2.3 RTX 4090D tables",
+        f"{min(idles):.2f}-{max(idles):.2f} W). The v2.3 RTX 4090D tables",
         "  take their deltas against the memo's idle-subtracted FP16 baselines, and the Yi-1.5-6B",
         "  perplexity CSV quotes deltas from the same study, so they are on that basis too.",
         f"  * Corrected ({len(corrected)} rows, scope `end_to_end`): energy = stated + idle x 1000 /",

@@ -52,17 +52,32 @@ class RuleContext:
 
 @dataclass(frozen=True, slots=True)
 class SmallModelThreshold:
-    """The size (B params) below which quantizing costs energy, and how it is known."""
+    """The size (B params) below which quantizing costs energy, and how it is known.
+
+    ``no-saving-measured``: no measured pair on the architecture saved energy, so there is no
+    crossover to cite; ``size_b`` is then the largest measured size, up to which (inclusive) the
+    penalty was observed, and ``root_b`` the size where the fitted line would reach zero (an
+    extrapolation beyond the measured sizes, never called a fitted crossover)."""
 
     size_b: float
-    basis: str  # "fitted" | "reported" | "published-bound"
+    basis: str  # "fitted" | "no-saving-measured" | "reported" | "published-bound"
     reported_b: float | None = None
     sources: tuple[str, ...] = ()
+    measured_min_b: float | None = None
+    root_b: float | None = None
+
+    def applies_to(self, params_b: float) -> bool:
+        """Whether a model of ``params_b`` is on the costly side of this threshold."""
+        if self.basis == "no-saving-measured":
+            return params_b <= self.size_b
+        return params_b < self.size_b
 
 
 def small_model_threshold(architecture: str | None, precision: str | None) -> SmallModelThreshold:
     """Crossover size for ``precision`` on ``architecture`` from the knowledge tables: the fitted
-    measured crossover when there is one, else the reported one, else the published ~3B bound."""
+    crossover when the measured pairs cross inside the measured sizes; else, when no measured
+    pair saved energy, the largest measured size (penalty observed up to there); else the
+    reported crossover; else the published ~3B bound."""
     if architecture:
         try:
             from ecoguard.knowledge import crossover
@@ -75,6 +90,15 @@ def small_model_threshold(architecture: str | None, precision: str | None) -> Sm
             sources = tuple(getattr(found, "sources", ()) or ())
             if found.fitted_b is not None:
                 return SmallModelThreshold(found.fitted_b, "fitted", found.reported_b, sources)
+            if found.points and found.measured_max_b is not None and not found.saving_measured:
+                return SmallModelThreshold(
+                    found.measured_max_b,
+                    "no-saving-measured",
+                    found.reported_b,
+                    sources,
+                    measured_min_b=found.measured_min_b,
+                    root_b=found.root_b,
+                )
             if found.reported_b is not None:
                 return SmallModelThreshold(found.reported_b, "reported", found.reported_b, sources)
     return SmallModelThreshold(PUBLISHED_SMALL_MODEL_BOUND_B, "published-bound")
@@ -162,23 +186,11 @@ def check_small_model_quant(deployment: Deployment, ctx: RuleContext) -> Finding
     if deployment.precision not in QUANTIZED_PRECISIONS or deployment.model.params_b is None:
         return None
     threshold = small_model_threshold(deployment.gpu.architecture, deployment.precision)
-    if deployment.model.params_b >= threshold.size_b:
+    if not threshold.applies_to(deployment.model.params_b):
         return None
     dtype = unquantized_dtype(deployment)
     fixed = _unquantized(deployment)
     impact, rows = impact_between(deployment, fixed, ctx.settings)
-    basis = {
-        "fitted": f"the crossover fitted to measured rows for {deployment.gpu.architecture}",
-        "reported": f"the reported crossover for {deployment.gpu.architecture}",
-        "published-bound": (
-            f"the published bound, as no crossover is fitted or reported for "
-            f"{deployment.gpu.architecture}"
-            if deployment.gpu.architecture
-            else "the published bound, as no GPU architecture is known"
-        ),
-    }[threshold.basis]
-    if threshold.basis == "fitted" and threshold.reported_b is not None:
-        basis += f"; the publisher reports {threshold.reported_b:g}B"
     dtype_note = (
         f"dtype={_torch_dtype_code(dtype)}"
         if dtype
@@ -188,11 +200,7 @@ def check_small_model_quant(deployment: Deployment, ctx: RuleContext) -> Finding
         rule="small-model-quant",
         mood=Mood.ORANGE,
         title="Small-model quantization penalty",
-        message=(
-            f"{_name(deployment)} ({format_size(deployment.model.params_b)}) is below the "
-            f"{threshold.size_b:.1f}B crossover ({basis}), where {deployment.precision} "
-            "dequantization costs more energy than the memory it saves."
-        ),
+        message=_small_model_message(deployment, threshold),
         fix=(
             "AutoModelForCausalLM.from_pretrained(model_id, "
             + (
@@ -210,6 +218,43 @@ def check_small_model_quant(deployment: Deployment, ctx: RuleContext) -> Finding
             ("threshold_basis", threshold.basis),
             ("reported_b", threshold.reported_b),
         ),
+    )
+
+
+def _small_model_message(deployment: Deployment, threshold: SmallModelThreshold) -> str:
+    """Why this size is on the costly side, citing only what the measured pairs support."""
+    arch = deployment.gpu.architecture
+    size = f"{_name(deployment)} ({format_size(deployment.model.params_b)})"
+    precision = deployment.precision
+    if threshold.basis == "no-saving-measured":
+        low = threshold.measured_min_b if threshold.measured_min_b is not None else threshold.size_b
+        text = (
+            f"{size}: every measured {precision} pair on {arch} "
+            f"({format_size(low)} to {format_size(threshold.size_b)}) used more energy than FP16; "
+            "no crossover has been observed"
+        )
+        if threshold.root_b is not None:
+            text += (
+                f" (a line fitted to them would reach zero only near {format_size(threshold.root_b)}, "
+                "beyond the measured sizes)"
+            )
+        if deployment.model.params_b < low:
+            text += "; this model is smaller than any measured one"
+        return text + f", so {precision} dequantization costs more energy than it saves."
+    basis = {
+        "fitted": f"the crossover fitted to measured pairs for {arch}, inside the measured sizes",
+        "reported": f"the reported crossover for {arch}",
+        "published-bound": (
+            f"the published bound, as no crossover is fitted or reported for {arch}"
+            if arch
+            else "the published bound, as no GPU architecture is known"
+        ),
+    }[threshold.basis]
+    if threshold.basis == "fitted" and threshold.reported_b is not None:
+        basis += f"; the publisher reports {threshold.reported_b:g}B"
+    return (
+        f"{size} is below the {threshold.size_b:.1f}B crossover ({basis}), where {precision} "
+        "dequantization costs more energy than the memory it saves."
     )
 
 
@@ -442,20 +487,27 @@ def check_reference_deviation(deployment: Deployment, ctx: RuleContext) -> Findi
         return None
     reference_j = per_1k / 1000.0
     ratio = measured / reference_j
-    if 1.0 / DEVIATION_RATIO < ratio < DEVIATION_RATIO:
+    # A reference is a range, not a point: only a figure beyond both DEVIATION_RATIO and the
+    # reference's own p10-p90 interval is a deviation (a carried figure's range is wide).
+    bounds = getattr(reference, "energy_per_1k_tokens_j_range", None)
+    low_j, high_j = (bounds[0] / 1000.0, bounds[1] / 1000.0) if bounds else (reference_j,) * 2
+    upper = max(reference_j * DEVIATION_RATIO, high_j)
+    lower = min(reference_j / DEVIATION_RATIO, low_j)
+    if lower < measured < upper:
         return None
-    if ratio >= DEVIATION_RATIO:
+    span = f" (range {low_j:.3g}-{high_j:.3g})" if bounds else ""
+    if measured >= upper:
         mood = Mood.ORANGE if ratio >= SEVERE_DEVIATION_RATIO else Mood.YELLOW
         message = (
             f"This process measures {measured:.3g} J/token, {ratio:.1f}x the {reference.tier} "
-            f"reference of {reference_j:.3g} J/token for the same configuration, so energy is "
-            "being lost somewhere the configuration does not show."
+            f"reference of {reference_j:.3g} J/token{span} for the same configuration, so energy "
+            "is being lost somewhere the configuration does not show."
         )
     else:
         mood = Mood.GRAY
         message = (
             f"This process measures {measured:.3g} J/token, only {ratio:.2f}x the "
-            f"{reference.tier} reference of {reference_j:.3g} J/token, which suggests the "
+            f"{reference.tier} reference of {reference_j:.3g} J/token{span}, which suggests the "
             "configuration differs from what ecoguard was told."
         )
     return Finding(
@@ -473,5 +525,6 @@ def check_reference_deviation(deployment: Deployment, ctx: RuleContext) -> Findi
             ("reference_j_per_token", reference_j),
             ("ratio", round(ratio, 3)),
             ("reference_tier", reference.tier),
+            ("reference_range_j_per_token", (round(low_j, 6), round(high_j, 6))),
         ),
     )
