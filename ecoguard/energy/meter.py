@@ -178,6 +178,11 @@ class Meter:
         self.backend = (
             backend if backend is not None else choose_backend(self.settings, clock=self.clock)
         )
+        # A simulated GPU with a work model keeps its own clock (calls take modelled GPU time,
+        # not this machine's): time every window on it, so figures do not follow CPU load.
+        gpu_clock = getattr(self.backend, "gpu_clock", None)
+        if gpu_clock is not None:
+            self.clock = gpu_clock
         self.tier = self.backend.tier
         self._wall_clock = wall_clock
         self.tracks: list[GpuTrack] = []
@@ -267,6 +272,11 @@ class Meter:
         energy_j = 0.0
         end_t: float | None = None
         complete = window.complete
+        simulate_call = getattr(self.backend, "simulate_call", None)
+        if simulate_call is not None:  # a simulated GPU runs the call's modelled work now
+            batch = batch_size or window.info.batch_size or 1
+            for index in window.started_on:
+                simulate_call(index, tokens=max(0, int(tokens)), batch_size=batch)
         for index in window.started_on:
             track = self.tracks[index]
             share, reading = track.close(window.key)

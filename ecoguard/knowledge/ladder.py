@@ -213,7 +213,14 @@ def _same_session_curve(ev: Evidence, gpu: str, model: str, precision: str):
 
 
 def on_gpu(ev: Evidence, q: Query, *, allow_size: bool = True) -> Basis | None:
-    """The best same-GPU basis for the query (rungs exact .. size-ratio)."""
+    """The best same-GPU basis for the query (rungs exact .. size-ratio), memoised."""
+    key = ("on_gpu", q, allow_size)
+    if key not in ev._memo:
+        ev._memo[key] = _on_gpu(ev, q, allow_size=allow_size)
+    return ev._memo[key]
+
+
+def _on_gpu(ev: Evidence, q: Query, *, allow_size: bool = True) -> Basis | None:
     g, m, p, bs = q.gpu.key, q.model_key, q.precision, q.batch_size
     if m is not None and ev.has((g, m, p, bs)):
         fig = ev.anchored((g, m, p, bs))
@@ -563,12 +570,18 @@ def _formula(ev: Evidence) -> str:
 
 
 def resolve(ev: Evidence, q: Query) -> Basis | None:
-    """The ladder: same GPU first, else other GPUs."""
+    """The ladder: same GPU first, else other GPUs. Memoised per Evidence (a Basis is never
+    mutated by its callers)."""
+    key = ("resolve", q)
+    if key in ev._memo:
+        return ev._memo[key]
+    basis = None
     if q.gpu.key in ev.gpus():
         basis = on_gpu(ev, q)
-        if basis is not None:
-            return basis
-    return cross_gpu(ev, q)
+    if basis is None:
+        basis = cross_gpu(ev, q)
+    ev._memo[key] = basis
+    return basis
 
 
 def weaker(first: str, second: str) -> str:
