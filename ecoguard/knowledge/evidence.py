@@ -383,7 +383,7 @@ class Evidence:
             f"same-session pair{'s' if len(sessions) != 1 else ''}: {per_session})"
         )
         rows = tuple(dict.fromkeys((*base.rows, *(p.row for p in pairs), *own.rows)))
-        tier = _weaker(base.tier, own.tier)
+        tier = _weaker(_weaker(base.tier, own.tier), pairs[0].row.tier)
         pair_list = base.pairs
         if what.startswith("FP16"):
             by_session: dict[str, list[Pair]] = {}

@@ -230,3 +230,24 @@ def test_cli_data_validate(capsys):
     assert main(["data", "--validate"]) == 0
     text = capsys.readouterr().out
     assert "leave one configuration out" in text and "leave one GPU out" in text
+
+
+def test_hiding_a_baseline_breaks_its_pairs():
+    """A pair's FP16 baseline is the hidden measurement itself: with FP16 hidden, no pair."""
+    rows = reference_rows()
+    key = ("rtx5090", "qwen2-7b", "nf4", 1)
+    assert evidence(rows).precision_pairs(key)
+    held = evidence(rows, hidden_configs=(("rtx5090", "qwen2-7b", "fp16", 1),))
+    assert held.precision_pairs(key) == []
+    figure = held.anchored(key)  # falls back to the NF4 rows' own sessions
+    assert figure is not None and "x FP16" not in figure.description
+
+
+def test_an_exact_band_covers_every_session_of_the_configuration():
+    ev = evidence(reference_rows())
+    for key in ev.configs():
+        fig = ev.anchored(key)
+        own = ev.direct(key)
+        assert fig.low <= fig.value <= fig.high
+        if own.spread_known and fig.description.startswith("median"):
+            assert fig.low <= own.value <= fig.high
