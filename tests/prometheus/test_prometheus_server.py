@@ -321,6 +321,8 @@ def test_every_recording_rule_returns_sane_data(stack):
     recorded = []
     for path in RULE_FILES:
         for group in yaml.safe_load(path.read_text())["groups"]:
+            if group["name"] == "ecoguard.engines":
+                continue  # needs engine counters (vLLM, TGI...): tests/engines/test_engine_rules.py
             for rule in group["rules"]:
                 if "record" not in rule:
                     continue
