@@ -88,6 +88,10 @@ NO_DATA_REASONS = {
     "ecoguard_reference_energy_per_token_joules": (
         "no reference row covers these tiny models, so no reference series is exported"
     ),
+    # The engine panels join the sidecar's GPU energy with a serving engine's own token
+    # counters; this workload is a guarded Python process, not an engine.
+    "engine:": "no serving engine (vLLM, TGI, SGLang, llama.cpp) is scraped in this run",
+    "engine_model:": "no serving engine (vLLM, TGI, SGLang, llama.cpp) is scraped in this run",
 }
 
 

@@ -203,3 +203,28 @@ def test_engine_rule_file_names_every_engine_counter():
         "ecoguard_gpu_energy_joules_total",
     ):
         assert counter in text
+
+
+def test_dashboard_engine_panels_read_these_recorded_series():
+    import yaml
+
+    dashboard = json.loads((REPO / "grafana" / "dashboards" / "ecoguard-energy.json").read_text())
+    recorded = {
+        rule["record"]
+        for group in yaml.safe_load(ENGINE_RULES.read_text())["groups"]
+        for rule in group["rules"]
+    }
+    exprs = [
+        target["expr"]
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if "engine" in target["expr"].split(":")[0]
+    ]
+    assert sorted(exprs) == sorted(
+        [
+            "engine_model:energy_per_token_joules:rate5m",
+            "engine:energy_per_token_joules:rate5m",
+            "engine:power_per_running_request_watts:avg5m",
+        ]
+    )
+    assert set(exprs) <= recorded
