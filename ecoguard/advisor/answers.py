@@ -9,15 +9,30 @@ change it. Questions outside the reference data get a gray answer with the measu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ecoguard.advisor import protocols
+from ecoguard.advisor.accelerators import (
+    VENDORS,
+    NearestProfile,
+    Vendor,
+    card_spec,
+    nearest_profile,
+)
+from ecoguard.advisor.extract import LOCAL_PUE
 from ecoguard.advisor.parse import OutOfData, ParsedQuestion, parse_question
+from ecoguard.advisor.serving import (
+    BatchingAdvice,
+    batching_advice,
+    requests_in_flight,
+    serving_batch_cap,
+)
+from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
-from ecoguard.errors import UsageError
-from ecoguard.findings import Mood
+from ecoguard.errors import UnknownGpuError, UsageError
+from ecoguard.findings import Finding, Impact, Mood, weakest_tier
 
 DEFAULT_GPU = "rtx4090d"
 DEFAULT_PRECISION = "fp16"
@@ -50,6 +65,11 @@ class Answer:
     extra_conversions: tuple[dict[str, Any], ...] = ()
     measurement_protocol: bool = False
     settings_used: dict[str, Any] = field(default_factory=dict)
+    batching: BatchingAdvice | None = None
+    gpu_match: NearestProfile | None = None
+    warnings: tuple[Text, ...] = ()
+    asks: Text | None = None  # what to add to the question to price it
+    vendor: Vendor | None = None  # a non-NVIDIA accelerator named
 
     @property
     def language(self) -> str:
@@ -63,6 +83,16 @@ class Answer:
         body["settings"] = dict(self.settings_used)
         if self.extra_conversions:
             body["conversions"] = [_without_zh(c) for c in self.extra_conversions]
+        if self.batching is not None:
+            body["batching"] = self.batching.to_dict()
+        if self.gpu_match is not None:
+            body["gpu_match"] = self.gpu_match.to_dict()
+        if self.warnings:
+            body["warnings"] = [w.en for w in self.warnings]
+        if self.asks is not None:
+            body["asks"] = self.asks.en
+        if self.vendor is not None:
+            body["accelerator"] = {"vendor": self.vendor.key, "name": self.vendor.name}
         out: dict[str, Any] = {"protocol": self.result.protocol}
         if self.parsed is not None:
             out["parsed"] = self.parsed.to_dict()
@@ -78,15 +108,39 @@ def _without_zh(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_gpu_spec(name: str) -> GpuSpec:
-    from ecoguard.knowledge import resolve_gpu
+    return resolve_gpu_match(name)[0]
 
-    profile = resolve_gpu(name)
-    return GpuSpec(
-        profile=profile.key,
-        name=profile.name,
-        architecture=profile.architecture,
-        compute_capability=tuple(profile.compute_capability),  # type: ignore[arg-type]
-        vram_gb=profile.vram_gb,
+
+def resolve_gpu_match(name: str) -> tuple[GpuSpec, NearestProfile | None]:
+    """The GPU's spec; an NVIDIA card outside the table is answered with the nearest profile
+    (and its own VRAM), with the match returned so the answer can say why."""
+    from ecoguard.knowledge import gpu_profiles, resolve_gpu
+
+    try:
+        profile = resolve_gpu(name)
+    except UnknownGpuError:
+        card = card_spec(name)
+        if card is None:
+            raise
+        match = nearest_profile(card, gpu_profiles())
+        profile = gpu_profiles()[match.profile_key]
+        spec = GpuSpec(
+            profile=profile.key,
+            name=card.name,
+            architecture=card.architecture,
+            compute_capability=card.compute_capability,
+            vram_gb=card.vram_gb,
+        )
+        return spec, match
+    return (
+        GpuSpec(
+            profile=profile.key,
+            name=profile.name,
+            architecture=profile.architecture,
+            compute_capability=tuple(profile.compute_capability),  # type: ignore[arg-type]
+            vram_gb=profile.vram_gb,
+        ),
+        None,
     )
 
 
@@ -170,8 +224,10 @@ def build_deployment(
             Default(
                 "use",
                 use,
-                "say 'for chat', 'for an API' or 'a batch job', or --use chat|api|batch",
-                "写明用途，例如“聊天”“API 服务”或“批处理”，或用 --use chat|api|batch",
+                "served requests from many users, which can be batched; say 'for chat' (one "
+                "interactive user), 'for an API' or 'a batch job', or --use chat|api|batch",
+                "按多用户在线服务计（可合并批处理）；写明“聊天”（单个交互用户）、“API 服务”或“批处理”，"
+                "或用 --use chat|api|batch",
             )
         )
     dep = Deployment(
@@ -205,6 +261,8 @@ def _quant_fields(dep: Deployment) -> dict[str, Any]:
 def settings_for(
     parsed: ParsedQuestion | None, base: Settings | None = None
 ) -> tuple[Settings, list[Default]]:
+    """Settings for the question: its region (a Chinese question defaults to China), a local
+    machine's PUE (1.0: no data-centre overhead) and a USD electricity price."""
     settings = base or Settings()
     defaults: list[Default] = []
     if parsed is None:
@@ -222,10 +280,12 @@ def settings_for(
                 "在问题里写上地区（如“在美国”）即可更改",
             )
         )
+    if parsed.local and settings.pue is None:
+        changes["pue"] = LOCAL_PUE
     if parsed.price_per_kwh is not None:
         if parsed.price_currency == "USD":
             changes["price_usd_per_kwh"] = parsed.price_per_kwh
-        elif parsed.cny_per_usd:
+        elif parsed.price_currency == "CNY" and parsed.cny_per_usd:
             changes["price_usd_per_kwh"] = parsed.price_per_kwh / parsed.cny_per_usd
     return (settings.with_(**changes) if changes else settings), defaults
 
@@ -331,25 +391,32 @@ def _gray(
     )
 
 
+_ASK_TO_PRICE = Text(
+    "To put a $ figure on it, add the model (e.g. Qwen2.5-7B), the GPU (e.g. A800) and the "
+    "volume (e.g. 1M requests a month, 100 requests per second).",
+    "要算出具体花费，请补充模型（如 Qwen2.5-7B）、GPU（如 A800）和用量（如每月 100 万次请求、每秒 100 次请求）。",
+)
+
+
 def advise(text: object, *, settings: Settings | None = None) -> Answer:
     """Answer one free-text question. Raises UsageError (exit 2) for bad input, unknown names
     and contradictions."""
     parsed = parse_question(text)
     settings, region_defaults = settings_for(parsed, settings)
     lang = parsed.language
-    settings_used = {"region": settings.region, "price_usd_per_kwh": settings.price_usd_per_kwh}
+    settings_used = _settings_used(settings, parsed)
 
-    if parsed.protocol == "audit":
-        result = protocols.audit(parsed.paths, language=lang)
-        return Answer(result=result, parsed=parsed, settings_used=settings_used)
+    if parsed.protocol == "audit" or parsed.code:
+        return _audit_answer(parsed, settings_used)
 
-    amd = any(o.topic == "amd-gpu" for o in parsed.out_of_data)
-    if amd:
+    vendor = next((VENDORS[o.vendor] for o in parsed.out_of_data if o.vendor in VENDORS), None)
+    if vendor is not None:
         return Answer(
             result=_gray(parsed, parsed.out_of_data, None),
             parsed=parsed,
             measurement_protocol=True,
             settings_used=settings_used,
+            vendor=vendor,
         )
 
     fill_precision = parsed.protocol not in ("compare", "diagnose") or bool(parsed.precisions)
@@ -364,18 +431,21 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
     needs_model = parsed.protocol in ("estimate", "optimize") or (
         parsed.protocol == "compare" and not parsed.precisions
     )
-    if (
-        parsed.model is None
-        and needs_model
-        and not (parsed.protocol == "optimize" and parsed.precisions)
-    ):
-        raise UsageError(
-            _msg(
-                lang,
-                "which model? Name one, e.g. 'Qwen2.5-7B', 'Mistral-7B' or just a size like '7B'.",
-                "哪个模型？请写上模型名，例如 Qwen2.5-7B、Mistral-7B，或只写大小如 7B。",
+    if parsed.model is None and needs_model:
+        if protocols.general_trap_rule(parsed.precision) is not None and not (
+            parsed.protocol in ("optimize", "compare") and parsed.gpu is not None
+        ):
+            return _trap_without_model(parsed, settings, settings_used)
+        if not (parsed.protocol == "optimize" and parsed.precisions):
+            raise UsageError(
+                _msg(
+                    lang,
+                    "which model? Name one, e.g. 'Qwen2.5-7B', 'Mistral-7B' or just a size like '7B'.",
+                    "哪个模型？请写上模型名，例如 Qwen2.5-7B、Mistral-7B，或只写大小如 7B。",
+                )
             )
-        )
+    gpu_match = resolve_gpu_match(parsed.gpu)[1] if parsed.gpu else None
+    use = parsed.use
     dep, defaults = build_deployment(
         model=parsed.model,
         gpu=parsed.gpu,
@@ -383,11 +453,12 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
         batch_size=parsed.batch_size,
         prompt_tokens=parsed.prompt_tokens,
         generation_tokens=parsed.generation_tokens,
-        use=parsed.use,
+        use=use,
         compiled=parsed.compiled,
         int8_threshold=parsed.int8_threshold,
         fill_precision=fill_precision,
     )
+    serving = parsed.serving or (use is None and dep.use == "api")
     defaults = region_defaults + defaults
     if parsed.out_of_data:
         return Answer(
@@ -396,49 +467,34 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
             defaults=tuple(defaults),
             measurement_protocol=True,
             settings_used=settings_used,
+            gpu_match=gpu_match,
         )
 
     requests, volume_conversions = _requests(parsed, dep, settings)
-    protocol = parsed.protocol
-    if protocol == "optimize" and parsed.model is None:
-        protocol = "compare"  # "should I use FP8 on Blackwell?": answer across the measured models
-    if protocol == "compare":
-        if parsed.model is None:
-            result = protocols.compare_across_models(
-                dep.gpu.profile or DEFAULT_GPU,
-                parsed.precisions,
-                language=lang,
-                architecture=dep.gpu.architecture,
-            )
-        else:
-            result = protocols.compare(
-                dep, settings=settings, requests_per_month=requests, language=lang
-            )
-    elif protocol == "optimize":
-        result = protocols.optimize(
-            dep, use=parsed.use, settings=settings, requests_per_month=requests, language=lang
-        )
-    elif protocol == "diagnose":
-        result = protocols.diagnose(
+    volume_default = _volume_default(parsed, requests, settings)
+    if volume_default is not None:
+        defaults.append(volume_default)
+    monthly = requests if requests is not None else settings.monthly_requests
+    max_batch = _max_batch(parsed, dep, settings, monthly, serving)
+    result = _run_protocol(parsed, dep, settings, requests, max_batch)
+    batching = None
+    if result.deployment is not None and result.mood != Mood.GRAY and dep.model.params_b:
+        rec_batch = (result.recommendation or {}).get("batch_size")
+        if volume_default is None and requests is None and parsed.protocol == "diagnose":
+            defaults.append(_volume_default_entry(settings))
+        batching = batching_advice(
             dep,
-            observed_throughput_tok_s=parsed.observed_throughput_tok_s,
-            observed_power_w=parsed.observed_power_w,
-            observed_energy_j_per_1k=parsed.observed_energy_j_per_1k,
+            target_batch=rec_batch if isinstance(rec_batch, int) else None,
             settings=settings,
-            requests_per_month=requests,
-            language=lang,
+            requests_per_month=monthly,
+            use=dep.use or "api",
+            serving=serving,
+            concurrency=parsed.concurrency,
+            hours_per_day=parsed.hours_per_day,
         )
-    else:
-        result = protocols.estimate(
-            dep,
-            settings=settings,
-            requests_per_month=requests,
-            language=lang,
-            currency=parsed.currency,
-            cny_per_usd=parsed.cny_per_usd,
-            price_per_kwh=parsed.price_per_kwh,
-            price_currency=parsed.price_currency,
-        )
+        result = _with_batching(result, batching, dep, lang)
+    if gpu_match is not None:
+        result = _extrapolated(result)
     precisions_in_play = tuple(
         dict.fromkeys(
             list(parsed.precisions)
@@ -462,7 +518,255 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
         honesty=tuple(honesty),
         extra_conversions=tuple(volume_conversions),
         settings_used=settings_used,
+        batching=batching,
+        gpu_match=gpu_match,
+        warnings=tuple(_warnings(dep, parsed)),
     )
+
+
+def _settings_used(settings: Settings, parsed: ParsedQuestion | None) -> dict[str, Any]:
+    used: dict[str, Any] = {
+        "region": settings.region,
+        "price_usd_per_kwh": settings.price_usd_per_kwh,
+    }
+    if settings.pue is not None:
+        used["pue"] = settings.pue
+    if parsed is not None and parsed.price_per_kwh is not None:
+        used["price_per_kwh"] = parsed.price_per_kwh
+        used["price_currency"] = parsed.price_currency
+    return used
+
+
+def _run_protocol(
+    parsed: ParsedQuestion,
+    dep: Deployment,
+    settings: Settings,
+    requests: int | None,
+    max_batch: int | None,
+) -> protocols.AdvisorResult:
+    lang = parsed.language
+    protocol = parsed.protocol
+    if protocol == "optimize" and parsed.model is None:
+        protocol = "compare"  # "should I use FP8 on Blackwell?": answer across the measured models
+    if protocol == "compare":
+        if parsed.model is None:
+            return protocols.compare_across_models(
+                dep.gpu.profile or DEFAULT_GPU,
+                parsed.precisions,
+                language=lang,
+                architecture=dep.gpu.architecture,
+            )
+        return protocols.compare(dep, settings=settings, requests_per_month=requests, language=lang)
+    if protocol == "optimize":
+        return protocols.optimize(
+            dep,
+            use=dep.use,
+            settings=settings,
+            requests_per_month=requests,
+            language=lang,
+            max_batch=max_batch,
+        )
+    if protocol == "diagnose":
+        return protocols.diagnose(
+            dep,
+            observed_throughput_tok_s=parsed.observed_throughput_tok_s,
+            observed_power_w=parsed.observed_power_w,
+            observed_energy_j_per_1k=parsed.observed_energy_j_per_1k,
+            settings=settings,
+            requests_per_month=requests,
+            language=lang,
+        )
+    return protocols.estimate(
+        dep,
+        settings=settings,
+        requests_per_month=requests,
+        language=lang,
+        currency=parsed.currency,
+        cny_per_usd=parsed.cny_per_usd,
+        price_per_kwh=parsed.price_per_kwh,
+        price_currency=parsed.price_currency,
+        max_batch=max_batch,
+    )
+
+
+def _max_batch(
+    parsed: ParsedQuestion, dep: Deployment, settings: Settings, monthly: int, serving: bool
+) -> int | None:
+    """How far a served deployment may batch: the requests in flight at once (stated, or
+    derived from the volume), at most the batcher's 16. None for a batch job (its grid applies)
+    and for a chat with one user (batch size 1)."""
+    if dep.use == "batch" or (dep.use == "chat" and not serving):
+        return None
+    in_flight, _basis, _per_request = requests_in_flight(
+        dep,
+        settings=settings,
+        requests_per_month=monthly,
+        concurrency=parsed.concurrency,
+        hours_per_day=parsed.hours_per_day,
+    )
+    return serving_batch_cap(in_flight)
+
+
+def _volume_default(
+    parsed: ParsedQuestion, requests: int | None, settings: Settings
+) -> Default | None:
+    if requests is not None or parsed.protocol not in ("estimate", "optimize", "compare"):
+        return None
+    if parsed.protocol == "compare" and parsed.model is None:
+        return None
+    return _volume_default_entry(settings)
+
+
+def _volume_default_entry(settings: Settings) -> Default:
+    return Default(
+        "requests_per_month",
+        settings.monthly_requests,
+        "say e.g. '1M requests a month', '100 requests per second', '10,000 users a day' or "
+        "--requests-per-month",
+        "写明用量，例如“每月 100 万次请求”“每秒 100 次请求”“每天 1 万用户”，或用 --requests-per-month",
+    )
+
+
+def _with_batching(
+    result: protocols.AdvisorResult, advice: BatchingAdvice | None, dep: Deployment, lang: str
+) -> protocols.AdvisorResult:
+    """A served deployment (or batch job) left at a batch size its traffic can beat is not
+    GREEN: the advisor adds a batch-size-one finding with the batcher as its fix."""
+    if advice is None or not advice.worth_it or advice.conditional:
+        return result
+    if any(f.rule == "batch-size-one" for f in result.findings):
+        return result
+    serving = advice.use != "batch"
+    message = Text(
+        (
+            f"Serving at batch size {advice.current_batch}: every token streams all the weights "
+            f"for one request, while about {advice.concurrency or advice.target_batch:,.1f} "
+            "requests are in flight and could share that pass."
+            if serving
+            else f"A batch job at batch size {advice.current_batch}: every token streams all the "
+            "weights for one prompt; 32-64 prompts per call share that pass."
+        ),
+        (
+            f"以批大小 {advice.current_batch} 提供服务：每个 token 都为一个请求读一遍全部权重，"
+            f"而同时约有 {advice.concurrency or advice.target_batch:,.1f} 个请求可以分摊这次读取。"
+            if serving
+            else f"批处理任务批大小为 {advice.current_batch}：每个 token 都为一个提示词读一遍全部权重；"
+            "每次传入 32-64 个提示词可以分摊这次读取。"
+        ),
+    )
+    fix = (
+        advice.fix
+        if serving
+        else f"model.generate(**tokenizer(prompts[:{advice.target_batch}], padding=True, return_tensors='pt'))"
+    )
+    finding = Finding(
+        rule="batch-size-one",
+        mood=Mood.YELLOW,
+        title="Batch-size-one serving",
+        message=message.get(lang),
+        fix=fix,
+        fix_summary=(
+            Text(
+                f"batch concurrent requests (up to {advice.target_batch} per call)",
+                f"合并并发请求（每次最多 {advice.target_batch} 个）",
+            )
+            if serving
+            else Text(
+                f"{advice.target_batch} prompts per generate call",
+                f"每次 generate 传入 {advice.target_batch} 个提示词",
+            )
+        ).get(lang),
+        impact=Impact(
+            extra_energy_pct=(
+                round((advice.energy_now_j_per_1k / advice.energy_target_j_per_1k - 1) * 100, 1)
+                if advice.energy_now_j_per_1k and advice.energy_target_j_per_1k
+                else None
+            ),
+            extra_usd_per_month=advice.saving_usd_per_month,
+            tier=advice.tier,
+        ),
+        evidence=advice.rows,
+        changes_outputs=False,
+    )
+    mood = Mood.worst([result.mood, Mood.YELLOW]) if result.mood != Mood.GRAY else result.mood
+    return replace(result, findings=(*result.findings, finding), mood=mood)
+
+
+def _extrapolated(result: protocols.AdvisorResult) -> protocols.AdvisorResult:
+    """Figures borrowed from the nearest GPU profile: no tier stronger than extrapolated."""
+
+    def cap(tier: object) -> str:
+        return weakest_tier((str(tier or "none"), "extrapolated")) if tier != "none" else "none"
+
+    def fix_dict(d: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if d is None else {**d, "tier": cap(d.get("tier"))}
+
+    rows = tuple({**r, "tier": cap(r.get("tier"))} if "tier" in r else r for r in result.rows)
+    rec = result.recommendation
+    if rec is not None and "tier" in rec:
+        rec = {**rec, "tier": cap(rec["tier"])}
+    return replace(
+        result,
+        tier=cap(result.tier),
+        rows=rows,
+        current=fix_dict(result.current),
+        optimized=fix_dict(result.optimized),
+        recommendation=rec,
+    )
+
+
+def _warnings(dep: Deployment, parsed: ParsedQuestion | None) -> list[Text]:
+    out: list[Text] = []
+    window = dep.model.context_window
+    total = (dep.prompt_tokens or 0) + (dep.generation_tokens or 0)
+    if window and total > window:
+        out.append(
+            Text(
+                f"{dep.prompt_tokens:,} prompt + {dep.generation_tokens:,} generated tokens = "
+                f"{total:,}, past {dep.model.id}'s context window of {window:,} tokens: the "
+                "model cannot attend to all of it (truncate the prompt or pick a model with a "
+                "longer window); the figures assume it runs.",
+                f"输入 {dep.prompt_tokens:,} + 输出 {dep.generation_tokens:,} = {total:,} 个 token，"
+                f"超过了 {dep.model.id} 的上下文窗口 {window:,}：模型无法覆盖全部内容（截短输入或换更长窗口的模型）；"
+                "以上数字按能运行估算。",
+            )
+        )
+    return out
+
+
+def _trap_without_model(
+    parsed: ParsedQuestion, settings: Settings, settings_used: dict[str, Any]
+) -> Answer:
+    """A trap that does not depend on the model (load_in_8bit, FP8 eager...): answer it from its
+    evidence rows, then ask for model, GPU and volume to price it."""
+    gpu_spec = resolve_gpu_spec(parsed.gpu) if parsed.gpu else GpuSpec()
+    dep = protocols.with_precision(Deployment(gpu=gpu_spec), parsed.precision or "fp16")
+    result = protocols.diagnose(dep, settings=settings, language=parsed.language)
+    result = replace(result, protocol="diagnose")
+    return Answer(
+        result=result,
+        parsed=parsed,
+        settings_used=settings_used,
+        asks=_ASK_TO_PRICE,
+    )
+
+
+def _audit_answer(parsed: ParsedQuestion, settings_used: dict[str, Any]) -> Answer:
+    """Files named in the question, or code pasted into it, through ``ecoguard.audit`` (read as
+    text, never run). Code that does not parse falls back to the trap its flags name."""
+    gpu = parsed.gpu if parsed.gpu and card_spec(parsed.gpu) is None else None
+    try:
+        result = protocols.audit(parsed.paths, language=parsed.language, code=parsed.code, gpu=gpu)
+    except UsageError:
+        result = protocols.audit(parsed.paths, language=parsed.language, code=parsed.code)
+    asks = None
+    if result.mood == Mood.GRAY and protocols.general_trap_rule(parsed.precision):
+        traps = protocols.general_traps(parsed.precision)
+        result = replace(result, findings=tuple(traps), mood=Mood.worst(f.mood for f in traps))
+        asks = _ASK_TO_PRICE
+    elif parsed.code and result.findings and parsed.model is None:
+        asks = _ASK_TO_PRICE
+    return Answer(result=result, parsed=parsed, settings_used=settings_used, asks=asks)
 
 
 def answer_for_flags(
@@ -532,6 +836,17 @@ def answer_for_flags(
             requests_per_month=requests_per_month,
             language=language,
         )
+    batching = None
+    if protocol in ("optimize", "estimate") and result.mood != Mood.GRAY:
+        batching = batching_advice(
+            dep,
+            settings=settings,
+            requests_per_month=requests_per_month or settings.monthly_requests,
+            use=dep.use or "api",
+            serving=dep.use == "api",
+            concurrency=None,
+        )
+        result = _with_batching(result, batching, dep, language)
     in_play = tuple(
         p
         for p in (
@@ -545,6 +860,9 @@ def answer_for_flags(
         defaults=tuple(defaults),
         honesty=tuple(honesty_notes(result.deployment or dep, in_play)),
         settings_used={"region": settings.region, "price_usd_per_kwh": settings.price_usd_per_kwh},
+        batching=batching,
+        gpu_match=resolve_gpu_match(gpu)[1] if gpu else None,
+        warnings=tuple(_warnings(dep, None)),
     )
 
 

@@ -59,7 +59,13 @@ def register(subparsers: Any) -> None:
         "optimize", help="recommended precision and batch size for a model on a GPU"
     )
     _deployment_flags(p, precision_help="current precision (default fp16)")
-    p.add_argument("--use", choices=("chat", "api", "batch"), default="chat")
+    p.add_argument(
+        "--use",
+        choices=("chat", "api", "batch"),
+        default=None,
+        help="chat (one interactive user), api (served requests, batched), batch (offline "
+        "job); default: api, or batch past batch size 16",
+    )
     _output_flags(p)
     p.set_defaults(func=_optimize)
 

@@ -11,41 +11,30 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ecoguard.advisor.numbers import CN_NUMBER, NUMBER, SCALE, format_count
+from ecoguard.advisor.accelerators import NVIDIA_CARDS, Vendor, find_vendor
+from ecoguard.advisor.accelerators import fold as fold_card
+from ecoguard.advisor.extract import (
+    electricity_price,
+    hours_per_day,
+    infer_use,
+    local_machine,
+    pasted_code,
+)
+from ecoguard.advisor.numbers import NUMBER
+from ecoguard.advisor.texts import Text
+from ecoguard.advisor.volume import (
+    Conversion,
+    extract_volume,
+    words_to_digits,
+)
 from ecoguard.deployment import PRECISION_ALIASES
 from ecoguard.errors import UsageError
 
 MAX_QUESTION_BYTES = 10_240
 
-# Conversion constants (stated in every answer that uses them).
-REQUESTS_PER_USER = 5  # requests a daily user sends, when a question counts users
-DAYS_PER_MONTH = 30
-CHINESE_CHARS_PER_TOKEN = 2.0  # Qwen/Yi-style tokenizers, mixed Chinese text
-ENGLISH_CHARS_PER_TOKEN = 4.0
-WORDS_PER_TOKEN = 0.75  # English words per token
 BYTES_PER_TOKEN = 4.0  # plain text: "1 GB of text" ~ 250M tokens
 
 PROTOCOLS: tuple[str, ...] = ("optimize", "compare", "estimate", "diagnose", "audit")
-
-
-@dataclass(frozen=True, slots=True)
-class Conversion:
-    """One unit conversion the parser made, shown to the user: ``source`` as written,
-    ``value`` after conversion, ``rule`` the assumption used (en and zh wording)."""
-
-    field: str
-    source: str
-    value: float
-    rule_en: str
-    rule_zh: str
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "field": self.field,
-            "source": self.source,
-            "value": self.value,
-            "rule": self.rule_en,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +42,15 @@ class OutOfData:
     """Something the question asks about that no reference row covers (AMD GPUs, batch > 64,
     sequences > 4096, GPTQ/AWQ/GGUF)."""
 
-    topic: str  # amd-gpu, batch-size, sequence-length, quant-method
+    topic: str  # amd-gpu, accelerator, batch-size, sequence-length, quant-method
     detail: str
+    vendor: str | None = None  # accelerators: a key of accelerators.VENDORS
 
     def to_dict(self) -> dict[str, str]:
-        return {"topic": self.topic, "detail": self.detail}
+        out = {"topic": self.topic, "detail": self.detail}
+        if self.vendor:
+            out["vendor"] = self.vendor
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +86,12 @@ class ParsedQuestion:
     observed_power_w: float | None = None
     observed_energy_j_per_1k: float | None = None
     paths: tuple[str, ...] = ()
+    code: str | None = None  # Python pasted into the question (audited, never run)
+    concurrency: int | None = None  # requests in flight at once, as stated
+    tokens_period: str | None = None  # "month" when total_tokens recur monthly; None one-off
+    serving: bool = False  # requests from many users over time: batching applies
+    use_reason: Text | None = None
+    local: bool = False  # the GPU runs on the user's own machine (PUE 1.0)
     conversions: tuple[Conversion, ...] = ()
     out_of_data: tuple[OutOfData, ...] = ()
     notes: tuple[str, ...] = ()
@@ -125,6 +124,8 @@ class ParsedQuestion:
             "observed_throughput_tok_s",
             "observed_power_w",
             "observed_energy_j_per_1k",
+            "concurrency",
+            "tokens_period",
         ):
             value = getattr(self, name)
             if value is not None:
@@ -136,6 +137,13 @@ class ParsedQuestion:
             out["gpus"] = list(self.gpus)
         if self.paths:
             out["paths"] = list(self.paths)
+        if self.code:
+            out["code"] = self.code
+        out["serving"] = self.serving
+        if self.use_reason is not None:
+            out["use_reason"] = self.use_reason.en
+        if self.local:
+            out["local"] = True
         out["conversions"] = [c.to_dict() for c in self.conversions]
         out["out_of_data"] = [o.to_dict() for o in self.out_of_data]
         if self.notes:
@@ -209,7 +217,7 @@ _GPU_TOKENS: dict[str, str] = {
     "h20": "h20",
     "t4": "t4",
     "l4": "l4",
-    "l40": "l40s",
+    "l40": "l40",
     "l40s": "l40s",
     "v100": "v100",
     "a10": "a10",
@@ -230,23 +238,6 @@ _ARCH_GPUS: dict[str, tuple[str, str]] = {
     "lovelace": ("rtx4090d", "RTX 4090D"),
     "hopper": ("h100", "H100"),
 }
-_AMD_TOKENS = frozenset(
-    {
-        "amd",
-        "radeon",
-        "instinct",
-        "mi300x",
-        "mi300",
-        "mi325x",
-        "mi250",
-        "mi250x",
-        "mi210",
-        "mi100",
-        "rx7900",
-        "7900xtx",
-        "rocm",
-    }
-)
 _OTHER_QUANT = {"gptq": "GPTQ", "awq": "AWQ", "gguf": "GGUF", "exl2": "EXL2", "hqq": "HQQ"}
 _MODEL_FAMILIES = frozenset(
     {
@@ -289,11 +280,34 @@ _MODEL_FAMILIES = frozenset(
         "vicuna",
     }
 )
+# Model names without a size in them, as people write them -> the name the registry resolves.
+_SHORT_MODELS: dict[str, str] = {
+    "tinyllama": "TinyLlama-1.1B",
+    "phi-3-mini": "Phi-3-mini",
+    "phi3-mini": "Phi-3-mini",
+    "phi-3-small": "Phi-3-small",
+    "phi3-small": "Phi-3-small",
+    "phi-3-medium": "Phi-3-medium",
+    "phi3-medium": "Phi-3-medium",
+}
 # Words after a bare size ("100B tokens") that mean it is not a model size.
 _NOT_MODEL_AFTER = frozenset(
     {"token", "tokens", "request", "requests", "words", "chars", "users", "bytes"}
 )
 
+_LANGUAGE_NOUNS = frozenset(
+    {
+        "characters",
+        "chars",
+        "character",
+        "text",
+        "texts",
+        "words",
+        "language",
+        "tokens",
+        "tokenizer",
+    }
+)
 _REGIONS: dict[str, str] = {
     "china": "china",
     "chinese": "china",
@@ -330,6 +344,7 @@ _REGIONS: dict[str, str] = {
 
 # Token pattern: runs of ASCII word characters (with . - / + = kept inside names and code),
 # or runs of Han characters. One character class per alternative: linear.
+_REGIONS_HAN = tuple((k, v) for k, v in _REGIONS.items() if not k.isascii())
 _TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/+]*|[\u4e00-\u9fff]+")
 _SIZE_PART = re.compile(r"(\d+(?:\.\d+)?)([bBmM])")
 
@@ -544,6 +559,13 @@ def _find_models(tokens: list[tuple[int, int, str]]) -> list[tuple[int, int, str
                 found.append((start, end, raw, size_b))
             continue
         base = lower.split("/")[-1]
+        nxt = tokens[i + 1][2].lower() if i + 1 < len(tokens) else ""
+        if base in _SHORT_MODELS:
+            found.append((start, end, _SHORT_MODELS[base], None))
+            continue
+        if f"{base}-{nxt}" in _SHORT_MODELS:
+            found.append((start, tokens[i + 1][1], _SHORT_MODELS[f"{base}-{nxt}"], None))
+            continue
         if any(base.startswith(f) for f in ("tinyllama", "smollm")) or (
             "/" in raw and base.split("-")[0] in _MODEL_FAMILIES
         ):
@@ -551,51 +573,55 @@ def _find_models(tokens: list[tuple[int, int, str]]) -> list[tuple[int, int, str
     return found
 
 
+_CARD_SUFFIXES = ("ti", "super", "ada")
+
+
 def _find_gpus(
     tokens: list[tuple[int, int, str]], conversions: list[Conversion]
-) -> tuple[list[tuple[int, int, str]], bool]:
-    """GPU mentions ``(start, end, normalised)`` and whether an AMD GPU was named."""
+) -> tuple[list[tuple[int, int, str]], Vendor | None]:
+    """GPU mentions ``(start, end, normalised)`` and the non-NVIDIA accelerator named, if any."""
     found: list[tuple[int, int, str]] = []
-    amd = False
+    vendor = find_vendor([raw for _s, _e, raw in tokens])
     for i, (start, end, raw) in enumerate(tokens):
         lower = raw.lower()
         for prefix in ("nvidia-", "geforce-", "tesla-"):
             if lower.startswith(prefix):
                 lower = lower[len(prefix) :]
         key = lower.replace("-", "").replace("_", "")
-        if key in _AMD_TOKENS or (key.startswith("mi") and key[2:5].isdigit() and len(key) <= 6):
-            amd = True
-            continue
-        if key in ("rtx", "pro") and i + 1 < len(tokens):
-            # "RTX PRO 6000", "RTX 4090 D"
+        nxt = tokens[i + 1][2].lower() if i + 1 < len(tokens) else ""
+        if key in ("rtx", "gtx", "pro") and nxt:
+            # "RTX PRO 6000", "RTX 4090 D", "RTX 2080 Ti", "GTX 1080 Ti"
             joined = "".join(t[2].lower() for t in tokens[i + 1 : i + 3])
             if joined == "pro6000" and i + 2 < len(tokens):
                 found.append((start, tokens[i + 2][1], "rtxpro6000"))
-            elif (
-                key == "rtx"
-                and tokens[i + 1][2].isdigit()
-                and tokens[i + 1][2].lower() not in _GPU_TOKENS
-            ):
-                found.append(
-                    (start, tokens[i + 1][1], "rtx" + tokens[i + 1][2])
-                )  # unknown: resolve says so
+            elif key in ("rtx", "gtx") and nxt.isdigit() and nxt not in _GPU_TOKENS:
+                stop, name = tokens[i + 1][1], nxt
+                if i + 2 < len(tokens) and tokens[i + 2][2].lower() in _CARD_SUFFIXES:
+                    stop, name = tokens[i + 2][1], name + tokens[i + 2][2].lower()
+                found.append((start, stop, name))  # outside the table: matched in answers
             continue
         if key in _GPU_TOKENS:
             norm = _GPU_TOKENS[key]
             stop = end
-            if (
-                key in ("4090", "rtx4090")
-                and i + 1 < len(tokens)
-                and tokens[i + 1][2].lower() == "d"
-            ):
+            if key in ("4090", "rtx4090") and nxt == "d":
                 norm, stop = "rtx4090d", tokens[i + 1][1]
             if found and found[-1][2] == "rtxpro6000" and key == "6000":
                 continue
             found.append((start, stop, norm))
         elif key.startswith(("rtx", "gtx", "quadro")) and len(key) > 3:
-            found.append(
-                (start, end, key)
-            )  # an NVIDIA-looking name we do not know: resolve says so
+            name, stop = key, end
+            if nxt in _CARD_SUFFIXES:
+                name, stop = key + nxt, tokens[i + 1][1]
+            found.append((start, stop, name))  # outside the table: matched in answers
+        elif (
+            any(ch.isdigit() for ch in key)
+            and fold_card(key) in NVIDIA_CARDS
+            and (key[0].isalpha() or nxt not in _NOT_MODEL_AFTER)
+        ):
+            name, stop = key, end
+            if nxt in _CARD_SUFFIXES and fold_card(key + nxt) in NVIDIA_CARDS:
+                name, stop = key + nxt, tokens[i + 1][1]
+            found.append((start, stop, name))
         elif key in _ARCH_GPUS:
             norm, label = _ARCH_GPUS[key]
             found.append((start, end, norm))
@@ -608,7 +634,7 @@ def _find_gpus(
                     f"{raw} -> {label}（该架构中参考数据最多的 GPU）",
                 )
             )
-    return found, amd
+    return found, vendor
 
 
 _CODE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -675,25 +701,7 @@ def _find_paths(tokens: list[tuple[int, int, str]]) -> list[str]:
     return [t for _s, _e, t in tokens if t.lower().endswith((".py", ".ipynb")) and len(t) > 3]
 
 
-_MONTH = ("month", "/mo", "mo.", "monthly", "月")
-_DAY = ("day", "daily", "/d", "天", "日", "dau")
-_HOUR_WORDS = ("hour", "hr", "小时")
-
-_RE_REQUESTS = re.compile(
-    rf"({NUMBER})({SCALE})\s*(?:requests?|reqs?|calls?|queries|query|inferences?|generations?|"
-    r"conversations?|次请求|次调用|个请求|次推理|次对话|次)",
-    re.I,
-)
-_RE_REQUESTS_CN = re.compile(rf"({CN_NUMBER})\s*(?:次请求|次调用|个请求|次推理|次对话|次)")
-_RE_USERS = re.compile(
-    rf"({NUMBER})({SCALE})\s*(?:daily\s+)?(?:users?|dau|visitors?|customers?|用户|人|个用户)", re.I
-)
-_RE_HOURS = re.compile(rf"({NUMBER})\s*(?:hours?|hrs?|h|个小时|小时)\b", re.I)
-_RE_CHARS = re.compile(rf"({NUMBER})({SCALE})\s*(?:个)?(?:汉字|中文字|字|characters|chars)", re.I)
-_RE_CHARS_CN = re.compile(rf"({CN_NUMBER})\s*(?:个)?(?:汉字|中文字|字)")
-_RE_WORDS = re.compile(rf"({NUMBER})({SCALE})\s*(?:english\s+)?words", re.I)
 _RE_BYTES = re.compile(rf"({NUMBER})\s*(tb|gb|mb|kb)\b", re.I)
-_RE_TOKENS_VOLUME = re.compile(rf"({NUMBER})({SCALE})\s*tokens?\b(?!\s*(?:/|per)\s*s)", re.I)
 _RE_THROUGHPUT = re.compile(
     rf"({NUMBER})\s*(?:tok/s|tokens?/s(?:ec)?|t/s|tps|tokens? per second|tok per second|"
     r"tokens?\s*每秒|个\s*token\s*每秒)",
@@ -735,30 +743,36 @@ _RE_RATE = re.compile(
     rf"|usd\s*/\s*cny\s*(?:=|:)?\s*({NUMBER})",
     re.I,
 )
-_RE_PRICE_USD = re.compile(
-    rf"(?:\$|usd\s*)({NUMBER})\s*(?:/|per|a|每)\s*kwh|({NUMBER})\s*(?:usd|dollars?)\s*(?:/|per|a)\s*kwh"
-    rf"|({NUMBER})\s*(?:cents?|¢)\s*(?:/|per|a)\s*kwh",
-    re.I,
-)
-_RE_PRICE_CNY = re.compile(
-    rf"({NUMBER})\s*(?:元|cny|rmb|yuan|块钱?)\s*(?:/|per|每|一)\s*(?:kwh|度|千瓦时)"
-    rf"|(?:电价|electricity price)\s*(?:是|为|=|:|：)?\s*({NUMBER})\s*(?:元|cny|rmb|yuan|块)",
-    re.I,
-)
-
-
-_WORD_NUMBERS = re.compile(r"\b(half a|a|one|ten|a hundred)\s+(thousand|million|billion)\b", re.I)
-_WORD_VALUES = {"half a": "0.5", "a": "1", "one": "1", "ten": "10", "a hundred": "100"}
-
-
-def _word_number(m: re.Match[str]) -> str:
-    return f"{_WORD_VALUES[m.group(1).lower()]} {m.group(2)}"
 
 
 def _num(text: str, scale: str | None = None) -> float:
     from ecoguard.advisor.numbers import parse_number, scale_factor
 
     return parse_number(text) * scale_factor(scale)
+
+
+# A batch size as written, sign, fraction and exponent included, so "batch size -1", "0", "2.5"
+# or "1e12" is refused rather than dropped or read as its leading digits (it was read as 1).
+_RE_BATCH_WRITTEN = re.compile(
+    r"(?:batch[\s_\-]?size|\bbs|batch|批大小|批量大小|批次大小|批处理大小|批量|批次)"
+    r"\s*(?:=|:|：|of|is|为|是|设为|设成)?\s*(-?\s*\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?)(?![\d.])",
+    re.I,
+)
+MAX_BATCH_SIZE = 4096
+
+
+def _check_batch_sizes(text: str) -> None:
+    for match in _RE_BATCH_WRITTEN.finditer(text):
+        written = match.group(1).strip()
+        try:
+            value = float(written.replace(",", "").replace(" ", ""))
+        except ValueError:
+            continue
+        if not value.is_integer() or not 1 <= value <= MAX_BATCH_SIZE:
+            raise UsageError(
+                f"batch size {written} is not a whole number of sequences from 1 to "
+                f"{MAX_BATCH_SIZE}; say e.g. 'batch size 8'"
+            )
 
 
 def _first_group(m: re.Match[str]) -> str:
@@ -777,7 +791,7 @@ def parse_question(text: object) -> ParsedQuestion:
 
     tokens = _tokens(question)
     models = _find_models(tokens)
-    gpus, amd = _find_gpus(tokens, conversions)
+    gpus, vendor = _find_gpus(tokens, conversions)
     paths = _find_paths(tokens)
     precisions_found = _find_precisions(question, tokens)
 
@@ -785,7 +799,7 @@ def parse_question(text: object) -> ParsedQuestion:
     # "H100" is not 100 of anything.
     masked = _mask(question, [(s, e) for s, e, *_ in models] + [(s, e) for s, e, _ in gpus])
     # "a million requests", "half a million" -> digits, so one number grammar serves all.
-    masked = _WORD_NUMBERS.sub(_word_number, masked)
+    masked = words_to_digits(masked)
     masked_lower = masked.lower()
 
     if models:
@@ -805,9 +819,14 @@ def parse_question(text: object) -> ParsedQuestion:
             gpu_list.append(g)
     if gpu_list:
         facts["gpu"] = gpu_list[0]
-    if amd:
+    if vendor is not None:
         out_of_data.append(
-            OutOfData("amd-gpu", "AMD GPUs: every reference row was measured on NVIDIA GPUs")
+            OutOfData(
+                "amd-gpu" if vendor.key == "amd" else "accelerator",
+                f"{vendor.name}: every reference row was measured on NVIDIA GPUs, and no "
+                "measured factor carries an NVIDIA figure to it",
+                vendor.key,
+            )
         )
     precisions: list[str] = []
     for _pos, p in precisions_found:
@@ -843,6 +862,7 @@ def parse_question(text: object) -> ParsedQuestion:
     facts["precisions"] = tuple(dict.fromkeys(precisions))
 
     # Batch size.
+    _check_batch_sizes(masked)
     batches = {int(float(_first_group(b).replace(",", ""))) for b in _RE_BATCH.finditer(masked)}
     batches = {b for b in batches if b > 0}
     if len(batches) > 1 and "compare" not in lower:
@@ -922,133 +942,23 @@ def parse_question(text: object) -> ParsedQuestion:
         facts["observed_power_w"] = _num(m.group(1))
         break
 
-    # Request volumes.
-    volumes: list[tuple[int, str]] = []
-    for m in list(_RE_REQUESTS.finditer(masked)) + list(_RE_REQUESTS_CN.finditer(masked)):
-        if m.re is _RE_REQUESTS_CN:
-            from ecoguard.advisor.numbers import parse_chinese_number
-
-            count = parse_chinese_number(m.group(1)) or 0.0
-        else:
-            count = _num(m.group(1), m.group(2))
-        if count <= 0:
-            continue
-        before, after = _window(masked, m.start(), m.end(), before=8, after=16)
-        per_day = _has_any(after, _DAY) or _has_any(before, ("每天", "每日", "一天", "daily"))
-        per_hour = _has_any(after, ("hour", "小时")) or "每小时" in before
-        if per_hour:
-            monthly = count * 24 * DAYS_PER_MONTH
-            conversions.append(
-                Conversion(
-                    "requests_per_month",
-                    m.group(0).strip(),
-                    monthly,
-                    f"x 24 h x {DAYS_PER_MONTH} days",
-                    f"x 24 小时 x {DAYS_PER_MONTH} 天",
-                )
-            )
-        elif per_day:
-            monthly = count * DAYS_PER_MONTH
-            conversions.append(
-                Conversion(
-                    "requests_per_month",
-                    m.group(0).strip() + " /day",
-                    monthly,
-                    f"x {DAYS_PER_MONTH} days per month",
-                    f"x 每月 {DAYS_PER_MONTH} 天",
-                )
-            )
-        else:
-            monthly = count
-            if count >= 1000 and format_count(count) != m.group(0).strip():
-                conversions.append(
-                    Conversion(
-                        "requests_per_month",
-                        m.group(0).strip(),
-                        monthly,
-                        "read as requests per month",
-                        "按每月请求数计",
-                    )
-                )
-        volumes.append((round(monthly), m.group(0).strip()))
-    for m in _RE_USERS.finditer(masked):
-        users = _num(m.group(1), m.group(2))
-        if users <= 0:
-            continue
-        monthly = users * REQUESTS_PER_USER * DAYS_PER_MONTH
-        conversions.append(
-            Conversion(
-                "requests_per_month",
-                m.group(0).strip(),
-                monthly,
-                f"{format_count(users)} users/day x {REQUESTS_PER_USER} requests per user x "
-                f"{DAYS_PER_MONTH} days",
-                f"每天 {format_count(users)} 用户 x 每人 {REQUESTS_PER_USER} 次请求 x {DAYS_PER_MONTH} 天",
-            )
-        )
-        volumes.append((round(monthly), m.group(0).strip()))
-    distinct_volumes = {v for v, _ in volumes}
-    if len(distinct_volumes) > 1:
+    # Hours of service a day, then every volume and rate (requests, users, tokens, text).
+    hours = hours_per_day(masked, lower)
+    if hours is not None:
+        facts["hours_per_day"] = hours
+    try:
+        volume = extract_volume(masked, language=language, hours_per_day=hours)
+    except ValueError as exc:
         raise UsageError(
-            "contradiction: more than one request volume given ("
-            + "; ".join(src for _, src in volumes)
-            + "); give one volume"
-        )
-    if volumes:
-        facts["requests_per_month"] = volumes[0][0]
-
-    for m in _RE_HOURS.finditer(masked):
-        _before, after = _window(masked, m.start(), m.end(), after=14)
-        if (
-            _has_any(
-                after,
-                ("a day", "per day", "/day", "each day", "every day", "daily", "每天", "一天"),
-            )
-            or "每天" in _before
-        ):
-            facts["hours_per_day"] = min(24.0, _num(m.group(1)))
-            break
-    if "24/7" in lower or "全天候" in lower or "24小时不间断" in lower:
-        facts["hours_per_day"] = 24.0
-
-    # Text volumes -> tokens to generate.
-    total_tokens: float | None = None
-    for m in list(_RE_CHARS.finditer(masked)) + list(_RE_CHARS_CN.finditer(masked)):
-        if m.re is _RE_CHARS_CN:
-            from ecoguard.advisor.numbers import parse_chinese_number
-
-            chars = parse_chinese_number(m.group(1)) or 0.0
-        else:
-            chars = _num(m.group(1), m.group(2))
-        if chars <= 0:
-            continue
-        is_en = "char" in m.group(0).lower() and language == "en"
-        per = ENGLISH_CHARS_PER_TOKEN if is_en else CHINESE_CHARS_PER_TOKEN
-        total_tokens = chars / per
-        conversions.append(
-            Conversion(
-                "total_tokens",
-                m.group(0).strip(),
-                total_tokens,
-                f"~{per:g} {'English' if is_en else 'Chinese'} characters per token",
-                f"约 {per:g} 个{'英文' if is_en else '汉'}字符 = 1 token",
-            )
-        )
-        break
-    if total_tokens is None:
-        m = _RE_WORDS.search(masked)
-        if m:
-            words = _num(m.group(1), m.group(2))
-            total_tokens = words / WORDS_PER_TOKEN
-            conversions.append(
-                Conversion(
-                    "total_tokens",
-                    m.group(0).strip(),
-                    total_tokens,
-                    f"~{WORDS_PER_TOKEN} English words per token",
-                    f"约 {WORDS_PER_TOKEN} 个英文单词 = 1 token",
-                )
-            )
+            f"contradiction: more than one request volume given ({exc}); give one volume"
+        ) from None
+    conversions.extend(volume.conversions)
+    if volume.requests_per_month is not None:
+        facts["requests_per_month"] = volume.requests_per_month
+    if volume.concurrency is not None:
+        facts["concurrency"] = volume.concurrency
+    total_tokens: float | None = volume.total_tokens
+    facts["tokens_period"] = volume.tokens_period
     if total_tokens is None:
         m = _RE_BYTES.search(masked)
         if m:
@@ -1066,12 +976,6 @@ def parse_question(text: object) -> ParsedQuestion:
                         f"约 {BYTES_PER_TOKEN:g} 字节文本 = 1 token",
                     )
                 )
-    if total_tokens is None:
-        for m in _RE_TOKENS_VOLUME.finditer(masked):
-            value = _num(m.group(1), m.group(2))
-            if value >= 10_000:
-                total_tokens = value
-                break
     if total_tokens is not None:
         facts["total_tokens"] = round(total_tokens)
 
@@ -1087,46 +991,45 @@ def parse_question(text: object) -> ParsedQuestion:
     m = _RE_RATE.search(masked)
     if m:
         facts["cny_per_usd"] = _num(_first_group(m))
-    m = _RE_PRICE_USD.search(masked)
-    if m:
-        value = _num(_first_group(m))
-        if m.group(3) is not None:
-            value /= 100.0
-        facts["price_per_kwh"], facts["price_currency"] = value, "USD"
-    else:
-        m = _RE_PRICE_CNY.search(masked)
-        if m:
-            facts["price_per_kwh"], facts["price_currency"] = _num(_first_group(m)), "CNY"
+    price = electricity_price(masked)
+    if price is not None:
+        facts["price_per_kwh"], facts["price_currency"] = price.per_kwh, price.currency
+        if price.currency not in ("USD", "CNY"):
+            currency = price.currency
 
-    # Region.
-    for _s, _e, word in tokens:
+    # Region ("Chinese characters", "Chinese text" name a language, not a place).
+    for i, (_s, _e, word) in enumerate(tokens):
         w = word.lower()
+        nxt = tokens[i + 1][2].lower() if i + 1 < len(tokens) else ""
+        if w == "chinese" and nxt in _LANGUAGE_NOUNS:
+            continue
         if w in _REGIONS:
             facts["region"] = _REGIONS[w]
             break
-        for zh, key in _REGIONS.items():
-            if not zh.isascii() and zh in word:
+        if word.isascii():
+            continue
+        for zh, key in _REGIONS_HAN:
+            if zh in word:
                 facts["region"] = key
                 break
         if "region" in facts:
             break
+    local = local_machine(question)
 
-    # Use.
-    if _has_any(
-        lower, ("chatbot", "chat", "assistant", "interactive", "聊天", "对话", "客服", "助手")
-    ):
-        facts["use"] = "chat"
-    elif re.search(r"\bapi\b|endpoint|web service|接口|在线服务", lower):
-        facts["use"] = "api"
-    elif re.search(
-        r"offline|bulk|batch job|batch processing|nightly job|离线|批处理|批量处理|跑批", lower
-    ):
-        facts["use"] = "batch"
-    elif facts.get("total_tokens") is not None:
-        facts["use"] = "batch"
-        notes.append("use: batch (a one-off text volume is processed offline)")
+    # Use, from the whole question.
+    use_fact = infer_use(
+        lower,
+        requests_per_month=facts.get("requests_per_month"),  # type: ignore[arg-type]
+        users_counted=any(q.kind == "users" for q in volume.quantities),
+        concurrency=volume.concurrency,
+        one_off_tokens=total_tokens is not None and volume.tokens_period is None,
+    )
+    if use_fact.use is not None:
+        facts["use"] = use_fact.use
+    code = pasted_code(question)
 
     facts["paths"] = tuple(paths)
+    facts["code"] = code
     protocol, reason = _choose_protocol(lower, facts)
     if protocol != "compare" and len(gpu_list) > 1:
         raise UsageError(
@@ -1166,6 +1069,12 @@ def parse_question(text: object) -> ParsedQuestion:
         observed_power_w=facts.get("observed_power_w"),  # type: ignore[arg-type]
         observed_energy_j_per_1k=facts.get("observed_energy_j_per_1k"),  # type: ignore[arg-type]
         paths=tuple(paths),
+        code=code,
+        concurrency=volume.concurrency,
+        tokens_period=volume.tokens_period,
+        serving=use_fact.serving,
+        use_reason=use_fact.reason,
+        local=local,
         conversions=tuple(conversions),
         out_of_data=tuple(out_of_data),
         notes=tuple(notes),

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ecoguard.advisor.serving import quantization_holds
 from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment, GpuSpec, QuantSpec
 from ecoguard.errors import UsageError
@@ -31,15 +32,14 @@ BATCH_SIZES_BY_USE: dict[str, tuple[int, ...]] = {
 # reference rows is a few percent); ties go to the configuration that keeps FP16/BF16 outputs.
 TIE_FRACTION = 0.05
 UNQUANTIZED = ("fp16", "bf16", "fp32")
+MAX_REFERENCE_BATCH = 64
 
 
 def use_for_batch_size(batch_size: int | None) -> str:
-    """The narrowest use whose batch sizes reach ``batch_size``: a deployment already running
-    BS 32 is a batch job, so its optimized column is not a BS-1 chat setup that costs more."""
-    for use, sizes in BATCH_SIZES_BY_USE.items():
-        if (batch_size or 1) <= max(sizes):
-            return use
-    return "batch"
+    """The use assumed when a question states none: a served API (requests from many users,
+    which the coalescing batcher can merge), or a batch job when the batch size is past what an
+    API batches. Chat (one interactive user, batch size 1) is never assumed: it must be said."""
+    return "api" if (batch_size or 1) <= max(BATCH_SIZES_BY_USE["api"]) else "batch"
 
 
 def _t(language: str, en: str, zh: str) -> str:
@@ -148,14 +148,30 @@ def run_estimate(deployment: Deployment, settings: Settings, requests_per_month:
     return result
 
 
+_RULES_CACHE: dict[tuple[Deployment, str], tuple[Finding, ...]] = {}
+
+
 def run_rules(deployment: Deployment, settings: Settings) -> list[Finding]:
-    """B's rules on the deployment; a rules failure is recorded, never raised into an answer."""
+    """B's rules on the deployment; a rules failure is recorded, never raised into an answer.
+    Memoised per (deployment, settings): optimize asks for the same cell more than once."""
     try:
         from ecoguard.rules import evaluate
     except ImportError:
         return []
+    key = (deployment, repr(settings))
     try:
-        return list(evaluate(deployment, settings=settings))
+        return list(_RULES_CACHE[key])
+    except (KeyError, TypeError):
+        pass
+    try:
+        found = tuple(evaluate(deployment, settings=settings))
+        if len(_RULES_CACHE) >= _ESTIMATE_CACHE_MAX:
+            _RULES_CACHE.clear()
+        try:
+            _RULES_CACHE[key] = found
+        except TypeError:
+            pass
+        return list(found)
     except UsageError:
         raise
     except Exception as exc:
@@ -196,12 +212,23 @@ def with_precision(
     return deployment.with_(precision=precision, quant=quant, dtype=dtype)
 
 
+_DICT_CACHE: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+
 def estimate_dict(est: Any) -> dict[str, Any]:
-    """The estimator's JSON, or a tier-none dict if it has nothing."""
+    """The estimator's JSON, or a tier-none dict if it has nothing. Memoised per estimate
+    object (the object is held in the cache, so its id is not reused while cached)."""
     if est is None:
         return {"tier": "none"}
+    cached = _DICT_CACHE.get(id(est))
+    if cached is not None and cached[0] is est:
+        return dict(cached[1])
     try:
-        return dict(est.to_dict())
+        out = dict(est.to_dict())
+        if len(_DICT_CACHE) >= _ESTIMATE_CACHE_MAX:
+            _DICT_CACHE.clear()
+        _DICT_CACHE[id(est)] = (est, out)
+        return dict(out)
     except Exception as exc:  # pragma: no cover - defensive: an odd estimate must not break us
         record_fault("advisor.estimate_dict", exc)
         return {"tier": getattr(est, "tier", "none")}
@@ -293,9 +320,23 @@ def money_for(
     usd = monthly.get("cost_usd")
     cny: float | None = None
     notes: list[str] = []
+    local: float | None = None
     if kwh is not None and price_per_kwh is not None and price_currency == "CNY":
         cny = kwh * price_per_kwh
         usd = cny / cny_per_usd if cny_per_usd else None
+    elif kwh is not None and price_per_kwh is not None and price_currency not in (None, "USD"):
+        # A price in another currency (EUR, GBP...): the cost in that currency, and no USD
+        # figure, since no exchange rate is known.
+        local, usd = kwh * price_per_kwh, None
+        currency = price_currency
+        notes.append(
+            _t(
+                language,
+                f"Priced at {price_per_kwh:g} {price_currency}/kWh as given; no USD figure "
+                "(no exchange rate).",
+                f"按给出的 {price_per_kwh:g} {price_currency}/kWh 计价；没有汇率，不显示美元。",
+            )
+        )
     elif usd is not None and cny_per_usd:
         cny = usd * cny_per_usd
     if currency == "CNY" and cny is None:
@@ -314,6 +355,7 @@ def money_for(
         "cost_usd_range": monthly.get("cost_usd_range") if usd == monthly.get("cost_usd") else None,
         "co2_kg_range": monthly.get("co2_kg_range"),
         "cost_cny": cny,
+        "cost_local": local,
         "co2_kg": monthly.get("co2_kg"),
         "currency": currency if (currency != "CNY" or cny is not None) else "USD",
         "cny_per_usd": cny_per_usd,
@@ -391,10 +433,25 @@ def compare(
         mood = Mood.GREEN
     best = ranked[0] if ranked else None
     recommendation = None
+    notes: list[str] = []
+    fp16_cell = next((c for c in cells if c["precision"] == "fp16"), None)
+    if (
+        best is not None
+        and best["precision"] not in UNQUANTIZED
+        and fp16_cell is not None
+        and fp16_cell["energy_per_1k_tokens_j"] is not None
+        and not quantization_holds(best, fp16_cell)
+    ):
+        lowest = {**best, "estimate": best, "batch_size": deployment.batch_size or 1}
+        ref = {**fp16_cell, "estimate": fp16_cell, "batch_size": deployment.batch_size or 1}
+        notes.append(_uncertain_reason(lowest, ref, language))
+        unquantized = [c for c in ranked if c["precision"] in UNQUANTIZED]
+        best = unquantized[0] if unquantized else best
     if best is not None:
         recommendation = {
             "precision": best["precision"],
             "energy_per_1k_tokens_j": best["energy_per_1k_tokens_j"],
+            "energy_per_1k_tokens_j_range": best.get("energy_per_1k_tokens_j_range"),
             "delta_vs_fp16_pct": best["delta_vs_fp16_pct"],
             "tier": best["tier"],
         }
@@ -410,6 +467,7 @@ def compare(
         tier=weakest_tier(c["tier"] for c in known),
         sources=sources,
         evidence=tuple(dict.fromkeys(evidence)),
+        notes=tuple(notes),
         extra={"baseline": "fp16"},
     )
 
@@ -532,20 +590,32 @@ def optimize(
     language: str = "en",
     precisions: Sequence[str] | None = None,
     batch_sizes: Sequence[int] | None = None,
+    max_batch: int | None = None,
 ) -> AdvisorResult:
     """Recommended precision and batch size for a model on a GPU and a use (chat, api, batch).
 
-    Every candidate (precision x batch size allowed by the use) is estimated; candidates the
-    rules flag as traps, that do not fit in VRAM, or that have no data are dropped; the lowest
-    energy per 1k tokens wins, with near-ties (within 5%) going to FP16/BF16 (outputs unchanged),
-    then the stronger data tier, then the smaller batch."""
+    Every candidate (precision x batch size allowed by the use, plus the current batch size) is
+    estimated; candidates the rules flag as traps, that do not fit in VRAM, or that have no data
+    are dropped. A quantized candidate (outputs change) may win only when its saving holds across
+    the experiments' spread (``serving.quantization_holds``). The lowest energy per 1k tokens
+    wins, with near-ties (within 5%) going to FP16/BF16, then the stronger data tier, then a batch
+    no smaller than the current one. ``max_batch``: a chat served to several users at once may
+    batch them up to this size (the coalescing batcher). A batch smaller than the current one is
+    recommended only with its cost and the reason stated."""
     settings = settings or Settings()
-    use = use or deployment.use or "chat"
+    use = use or deployment.use or use_for_batch_size(deployment.batch_size)
     if use not in BATCH_SIZES_BY_USE:
         raise UsageError(f"unknown use {use!r}; accepted: chat, api, batch")
     if deployment.model.params_b is None and deployment.model.id is None:
         raise UsageError("optimize needs a model (an id like Qwen2.5-3B or a size like 3B)")
     sizes = tuple(batch_sizes or BATCH_SIZES_BY_USE[use])
+    if max_batch is not None and not batch_sizes:
+        # A served deployment batches only as far as its requests overlap.
+        grid = sorted(set(BATCH_SIZES_BY_USE["api"]) | {max_batch})
+        sizes = tuple(b for b in grid if b <= max_batch)
+    current_batch = deployment.batch_size or 1
+    if not batch_sizes and current_batch not in sizes and current_batch <= MAX_REFERENCE_BATCH:
+        sizes = tuple(sorted({*sizes, current_batch}))
     current_dep = deployment.with_(
         precision=deployment.precision or "fp16", batch_size=deployment.batch_size or 1, use=use
     )
@@ -605,15 +675,26 @@ def optimize(
             ),
             extra={"use": use},
         )
-    best_energy = min(c["energy_per_1k_tokens_j"] for c in candidates)
-    near = [
-        c for c in candidates if c["energy_per_1k_tokens_j"] <= best_energy * (1 + TIE_FRACTION)
-    ]
+    # Quantizing changes outputs: it may win only when its saving holds across the range the
+    # experiments span (the unquantized FP16 cell at the same batch size is the reference).
+    fp16_at = {c["batch_size"]: c for c in candidates if c["precision"] == "fp16"}
+    for cand in candidates:
+        ref = fp16_at.get(cand["batch_size"])
+        cand["holds"] = (
+            cand["precision"] in UNQUANTIZED
+            or ref is None
+            or quantization_holds(cand["estimate"], ref["estimate"])
+        )
+    eligible = [c for c in candidates if c["holds"]] or candidates
+    lowest = min(candidates, key=lambda c: c["energy_per_1k_tokens_j"])
+    best_energy = min(c["energy_per_1k_tokens_j"] for c in eligible)
+    near = [c for c in eligible if c["energy_per_1k_tokens_j"] <= best_energy * (1 + TIE_FRACTION)]
     chosen = min(
         near,
         key=lambda c: (
             0 if c["precision"] in UNQUANTIZED else 1,
             -TIER_STRENGTH.get(c["tier"], 0),
+            c["batch_size"] < current_dep.batch_size,
             c["batch_size"],
             c["energy_per_1k_tokens_j"],
         ),
@@ -634,14 +715,18 @@ def optimize(
         if current_cost is not None and chosen_cost is not None
         else None
     )
+    n_cand, n_out = len(candidates), len(rejected)
     reasons = [
         _t(
             language,
-            f"lowest energy per 1k tokens among {len(candidates)} candidates that pass the rules"
-            f" ({len(rejected)} ruled out as traps)",
-            f"在 {len(candidates)} 个通过规则检查的候选中每千 token 能耗最低（{len(rejected)} 个因陷阱被排除）",
+            f"lowest energy per 1k tokens among {n_cand} {_plural(n_cand, 'candidate')} that "
+            f"pass the rules ({n_out} ruled out as {_plural(n_out, 'trap')})",
+            f"在 {n_cand} 个通过规则检查的候选中每千 token 能耗最低（{n_out} 个因陷阱被排除）",
         )
     ]
+    if lowest is not chosen and not lowest["holds"]:
+        ref = fp16_at.get(lowest["batch_size"]) or chosen
+        reasons.append(_uncertain_reason(lowest, ref, language))
     if chosen["energy_per_1k_tokens_j"] > best_energy:
         reasons.append(
             _t(
@@ -650,9 +735,26 @@ def optimize(
                 "与最低值相差不到 5%，且不改变模型输出（不量化）",
             )
         )
-    if use == "chat" and chosen["batch_size"] == 1:
+    if chosen["batch_size"] < current_dep.batch_size and current_energy:
+        cost_pct = (chosen["energy_per_1k_tokens_j"] / current_energy - 1.0) * 100.0
+        why = _smaller_batch_why(current_dep, candidates, rejected, use, language)
         reasons.append(
-            _t(language, "chat is interactive: batch size 1", "聊天是交互式的：批大小 1")
+            _t(
+                language,
+                f"batch size {chosen['batch_size']} is smaller than your current "
+                f"{current_dep.batch_size}: it costs {cost_pct:+.1f}% energy per token "
+                f"({chosen['energy_per_1k_tokens_j'] / current_energy:.1f}x); {why}",
+                f"批大小 {chosen['batch_size']} 比你当前的 {current_dep.batch_size} 小："
+                f"每 token 能耗 {cost_pct:+.1f}%（{chosen['energy_per_1k_tokens_j'] / current_energy:.1f} 倍）；{why}",
+            )
+        )
+    if use == "chat" and chosen["batch_size"] == 1 and max(sizes) == 1:
+        reasons.append(
+            _t(
+                language,
+                "chat is interactive and no concurrent users are stated: batch size 1",
+                "聊天是交互式的，且没有说明并发用户：批大小 1",
+            )
         )
     recommendation = {
         "precision": chosen["precision"],
@@ -665,6 +767,8 @@ def optimize(
         "saving_usd_per_month": saving_usd,
         "tier": chosen["tier"],
         "changes_outputs": chosen["precision"] not in UNQUANTIZED,
+        "energy_per_1k_tokens_j_range": chosen["estimate"].get("energy_per_1k_tokens_j_range"),
+        "paired_deltas": list(chosen["estimate"].get("paired_deltas") or ()),
         "reasons": reasons,
     }
     if (
@@ -701,6 +805,66 @@ def optimize(
     )
 
 
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else word + "s"
+
+
+def _uncertain_reason(quantized: dict[str, Any], ref: dict[str, Any], language: str) -> str:
+    """Why a lower quantized figure is not recommended: its range and paired deltas."""
+    q_est, r_est = quantized["estimate"], ref["estimate"]
+    q_range = q_est.get("energy_per_1k_tokens_j_range") or [None, None]
+    r_range = r_est.get("energy_per_1k_tokens_j_range") or [None, None]
+    pairs = [p["delta_pct"] for p in q_est.get("paired_deltas") or () if isinstance(p, dict)]
+    pair_text = ", ".join(f"{p:+.1f}%" for p in pairs)
+
+    def rng(bounds: list[Any]) -> str:
+        return "-" if None in bounds else f"{bounds[0]:,.0f}-{bounds[1]:,.0f}"
+
+    en = (
+        f"{quantized['precision']} BS{quantized['batch_size']} looks lower "
+        f"({quantized['energy_per_1k_tokens_j']:,.0f} J/1k, range {rng(q_range)}) but the saving "
+        f"does not hold across the experiments ({ref['precision']} range {rng(r_range)}"
+        + (f"; same-session deltas vs FP16: {pair_text}" if pairs else "")
+        + "), and quantizing changes outputs: the unquantized configuration is recommended"
+    )
+    zh = (
+        f"{quantized['precision']} 批大小 {quantized['batch_size']} 看起来更低"
+        f"（{quantized['energy_per_1k_tokens_j']:,.0f} J/1k，区间 {rng(q_range)}），但在各次实验中"
+        f"节能并不稳定（{ref['precision']} 区间 {rng(r_range)}"
+        + (f"；同一会话相对 FP16 的变化：{pair_text}" if pairs else "")
+        + "），而且量化会改变输出：推荐不量化的配置"
+    )
+    return _t(language, en, zh)
+
+
+def _smaller_batch_why(
+    current: Deployment,
+    candidates: list[dict[str, Any]],
+    rejected: list[dict[str, Any]],
+    use: str,
+    language: str,
+) -> str:
+    at_current = [r for r in rejected if r["batch_size"] == current.batch_size]
+    if at_current:
+        rules = sorted({rule for r in at_current for rule in r["rejected_by"]})
+        return _t(
+            language,
+            f"at batch size {current.batch_size} every configuration is ruled out ({', '.join(rules)})",
+            f"批大小 {current.batch_size} 下所有配置都被排除（{'、'.join(rules)}）",
+        )
+    if not any(c["batch_size"] == current.batch_size for c in candidates):
+        return _t(
+            language,
+            f"no reference data supports batch size {current.batch_size} for a {use} use",
+            f"没有参考数据支撑 {use} 用途下的批大小 {current.batch_size}",
+        )
+    return _t(
+        language,
+        "within 5% of the lowest energy, at a shorter wait per request",
+        "与最低能耗相差不到 5%，且每次请求等待更短",
+    )
+
+
 def _public(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k not in ("estimate", "sources")}
 
@@ -719,6 +883,7 @@ def estimate(
     cny_per_usd: float | None = None,
     price_per_kwh: float | None = None,
     price_currency: str | None = None,
+    max_batch: int | None = None,
 ) -> AdvisorResult:
     """The estimator's figures for the deployment, with the optimized configuration beside them."""
     settings = settings or Settings()
@@ -734,6 +899,7 @@ def estimate(
                 settings=settings,
                 requests_per_month=requests,
                 language=language,
+                max_batch=max_batch,
             )
         except UsageError:
             optimized_result = None
@@ -875,7 +1041,7 @@ def diagnose(
     if not traps and not has_observed and dep.model.params_b is None:
         # A general question ("why is 4-bit sometimes worse?"): the trap that precision is known
         # for, explained from its evidence rows rather than from this (model-less) deployment.
-        traps = _general_traps(dep.precision)
+        traps = general_traps(dep.precision)
         general = bool(traps)
     gaps = [abs(c["gap_pct"]) for c in comparisons if c["gap_pct"] is not None]
     if traps:
@@ -956,6 +1122,8 @@ def diagnose(
             except Exception as exc:
                 record_fault("advisor.crossover", exc)
                 continue
+            if cross.fitted_b is None and cross.reported_b is None:
+                continue  # neither a fitted nor a published crossover: nothing to show
             crossovers.append(
                 {
                     "architecture": arch,
@@ -1002,7 +1170,12 @@ _GENERAL_RULE = {
 }
 
 
-def _general_traps(precision: str | None) -> list[Finding]:
+def general_trap_rule(precision: str | None) -> str | None:
+    """The trap a precision is known for whatever the model (``int8_mixed`` -> ``int8-mixed``)."""
+    return _GENERAL_RULE.get(precision or "")
+
+
+def general_traps(precision: str | None) -> list[Finding]:
     """The rule's own finding text for a precision asked about in general, from explain()."""
     rule = _GENERAL_RULE.get(precision or "")
     if rule is None:
@@ -1033,10 +1206,17 @@ def _general_traps(precision: str | None) -> list[Finding]:
 # audit
 
 
-def audit(paths: Sequence[str], *, language: str = "en") -> AdvisorResult:
-    """Delegate to the code audit (``ecoguard.audit.audit_paths``) when it is installed."""
+def audit(
+    paths: Sequence[str],
+    *,
+    language: str = "en",
+    code: str | None = None,
+    gpu: str | None = None,
+) -> AdvisorResult:
+    """The code audit (``ecoguard.audit``): files by path, or code pasted into a question
+    (``code``: audited as text with ``audit_source``, never run). Nothing to audit is gray."""
     try:
-        from ecoguard.audit import audit_paths  # type: ignore[attr-defined]
+        from ecoguard.audit import audit_paths, audit_source
     except ImportError:
         return AdvisorResult(
             protocol="audit",
@@ -1051,13 +1231,42 @@ def audit(paths: Sequence[str], *, language: str = "en") -> AdvisorResult:
             ),
             extra={"paths": list(paths), "available": False},
         )
-    report = audit_paths(list(paths))
-    findings: list[Finding] = []
-    raw = getattr(report, "findings", report)
-    for item in raw or ():
-        if isinstance(item, Finding):
-            findings.append(item)
-    mood = Mood.worst(f.mood for f in findings) if findings else Mood.GREEN
+    if code:
+        report = audit_source(code, "<question>", gpu=gpu, time_limit_s=2.0)
+    elif paths:
+        report = audit_paths(list(paths), gpu=gpu)
+    else:
+        return AdvisorResult(
+            protocol="audit",
+            mood=Mood.GRAY,
+            language=language,
+            notes=(
+                _t(
+                    language,
+                    "Nothing to audit: name a file (`ecoguard audit serve.py`) or paste the code "
+                    "that loads and calls the model.",
+                    "没有可审计的内容：写上文件名（`ecoguard audit serve.py`），或粘贴加载和调用模型的代码。",
+                ),
+            ),
+            extra={"paths": [], "available": True},
+        )
+    findings = [f for f in report.findings if isinstance(f, Finding)]
+    notes: list[str] = []
+    unparsed = bool(report.problems) and not findings
+    if unparsed:
+        notes.append(
+            _t(
+                language,
+                "The code did not parse as Python, so nothing in it was judged: "
+                + "; ".join(getattr(p, "message", str(p)) for p in report.problems[:2]),
+                "这段代码无法按 Python 解析，因此没有做任何判断："
+                + "；".join(getattr(p, "message", str(p)) for p in report.problems[:2]),
+            )
+        )
+    if findings:
+        mood = Mood.worst(f.mood for f in findings)
+    else:
+        mood = Mood.GRAY if unparsed else Mood.GREEN
     evidence = [row for f in findings for row in f.evidence]
     sources, _tiers = cite(evidence)
     payload = report.to_dict() if hasattr(report, "to_dict") else None
@@ -1069,5 +1278,11 @@ def audit(paths: Sequence[str], *, language: str = "en") -> AdvisorResult:
         tier=weakest_tier(f.impact.tier for f in findings if f.impact) if findings else "none",
         sources=sources,
         evidence=tuple(dict.fromkeys(evidence)),
-        extra={"paths": list(paths), "available": True, "audit": payload},
+        notes=tuple(notes),
+        extra={
+            "paths": list(paths) if not code else [],
+            "code_lines": len(code.splitlines()) if code else 0,
+            "available": True,
+            "audit": payload,
+        },
     )

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ecoguard.advisor.answers import Answer
+from ecoguard.advisor.extract import SYMBOLS
 from ecoguard.advisor.protocols import cite
+from ecoguard.advisor.texts import TRAPS_ZH, trap_text
 from ecoguard.advisor.voice import colorize, lobster_line, mood_tag
 from ecoguard.findings import Mood
 
@@ -53,6 +55,10 @@ _LABELS = {
         "expected": "expected",
         "no_trap": "No known trap matches this configuration.",
         "not_available": "no data",
+        "batching": "Batching",
+        "warning": "Warning",
+        "pue_local": "PUE {pue:g} (a local machine: no data-centre overhead)",
+        "r_cost_year": "cost/year",
         # punctuation
         "colon": ": ",
         "comma": ", ",
@@ -134,6 +140,10 @@ _LABELS = {
         "expected": "参考值",
         "no_trap": "没有匹配的已知陷阱。",
         "not_available": "无数据",
+        "batching": "批处理",
+        "warning": "注意",
+        "pue_local": "PUE {pue:g}（本地机器：不计数据中心开销）",
+        "r_cost_year": "每年费用",
         # punctuation
         "colon": "：",
         "comma": "，",
@@ -240,11 +250,26 @@ def _fmt_range(value: Any, bounds: Any, digits: int = 0) -> str:
     return f"{text} ({_fmt(bounds[0], digits)}-{_fmt(bounds[1], digits)})"
 
 
-def _money(usd: float | None, cny: float | None = None, currency: str = "USD") -> str:
+def _money(
+    usd: float | None, cny: float | None = None, currency: str = "USD", local: float | None = None
+) -> str:
     if currency == "CNY" and cny is not None:
         text = f"¥{cny:,.2f}"
         return text + (f" (${usd:,.2f})" if usd is not None else "")
+    if currency not in ("USD", "CNY") and local is not None:
+        return f"{SYMBOLS.get(currency, currency + ' ')}{local:,.2f}"
     return "-" if usd is None else f"${usd:,.2f}"
+
+
+def _money_year(money: dict[str, Any], monthly: dict[str, Any], currency: str) -> str:
+    usd = money.get("cost_usd", monthly.get("cost_usd"))
+    cny = money.get("cost_cny")
+    return _money(
+        None if usd is None else usd * 12,
+        None if cny is None else cny * 12,
+        currency,
+        None if money.get("cost_local") is None else money["cost_local"] * 12,
+    )
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> list[str]:
@@ -327,7 +352,14 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
         out.extend(_out_of_data(answer, L, lang, markdown))
     else:
         out.extend(body(answer, L, markdown))
+        out.extend(_batching(answer, L, markdown))
         out.extend(_findings(answer, L, markdown))
+    for warning in answer.warnings:
+        out.append(f"{L['warning']}{L['colon']}{warning.get(lang)}")
+        out.append("")
+    if answer.asks is not None:
+        out.append(answer.asks.get(lang))
+        out.append("")
     if result.equivalents:
         # Say whose energy the everyday terms describe: optimize prices the recommendation,
         # estimate and the others the configuration asked about.
@@ -369,11 +401,17 @@ def _understood(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
         if dep.prompt_tokens is not None and dep.generation_tokens is not None:
             parts.append(L["f_in_out"].format(p=dep.prompt_tokens, g=dep.generation_tokens))
         if dep.use:
-            parts.append(f"{L['f_use']}{colon}{dep.use}")
+            why = answer.parsed.use_reason if answer.parsed is not None else None
+            use = dep.use + (L["paren"].format(why.get(answer.language)) if why else "")
+            parts.append(f"{L['f_use']}{colon}{use}")
     if answer.settings_used.get("region"):
         parts.append(f"{L['f_region']}{colon}{answer.settings_used['region']}")
+    if answer.settings_used.get("pue") is not None:
+        parts.append(L["pue_local"].format(pue=answer.settings_used["pue"]))
     out.append(f"{L['understood']}{colon}" + L["comma"].join(parts) + L["stop"])
     zh = answer.language == "zh"
+    if answer.gpu_match is not None:
+        out.append(answer.gpu_match.reason.get(answer.language))
     conversions: list[str] = []
     if answer.parsed is not None:
         for c in answer.parsed.conversions:
@@ -682,10 +720,25 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
         ],
         [
             L["r_cost_month"],
-            _money(mc.get("cost_usd", cur_m.get("cost_usd")), mc.get("cost_cny"), currency),
-            _money(mo.get("cost_usd", opt_m.get("cost_usd")), mo.get("cost_cny"), currency)
+            _money(
+                mc.get("cost_usd", cur_m.get("cost_usd")),
+                mc.get("cost_cny"),
+                currency,
+                mc.get("cost_local"),
+            ),
+            _money(
+                mo.get("cost_usd", opt_m.get("cost_usd")),
+                mo.get("cost_cny"),
+                currency,
+                mo.get("cost_local"),
+            )
             if opt
             else "-",
+        ],
+        [
+            L["r_cost_year"],
+            _money_year(mc, cur_m, currency),
+            _money_year(mo, opt_m, currency) if opt else "-",
         ],
         [
             L["r_co2_month"],
@@ -758,6 +811,16 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
     return out
 
 
+def _batching(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    advice = answer.batching
+    if advice is None:
+        return []
+    lines = advice.lines(answer.language)
+    if not lines:
+        return []
+    return [_h(L["batching"], markdown, L), *(f"- {line}" for line in lines), ""]
+
+
 def _estimate(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
     out = [_h("Estimate" if answer.language == "en" else "估算", markdown, L)]
@@ -802,10 +865,16 @@ def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
         out.append(L["no_trap"])
         out.append("")
     for item in result.extra.get("explained", []):
-        if item.get("why"):
-            out.append(f"{item['rule']}: {item['why']}")
+        why = item.get("why")
+        if answer.language == "zh" and item.get("rule") in TRAPS_ZH:
+            why = TRAPS_ZH[item["rule"]][1]
+        if why:
+            out.append(f"{item['rule']}{L['colon']}{why}")
         ev = sorted(
-            (e for e in item.get("evidence") or [] if isinstance(e, dict)),
+            _relevant_evidence(
+                [e for e in item.get("evidence") or [] if isinstance(e, dict)],
+                result.deployment.gpu.profile if result.deployment else None,
+            ),
             key=lambda e: e.get("precision") == "fp16",
         )
         ev_rows = []
@@ -824,9 +893,34 @@ def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
         if ev_rows:
             headers = [L["h_row"], L["h_precision"], L["h_j_1k"], L["h_vs_fp16"], L["h_tier"]]
             out += _table(headers, ev_rows, markdown)
+            gpu = result.deployment.gpu.profile if result.deployment else None
+            others = sorted({str(e.get("gpu")) for e in ev if e.get("gpu") != gpu})
+            if gpu and others and all(e.get("gpu") != gpu for e in ev):
+                out.append(
+                    f"(rows measured on {', '.join(others)}: none of this trap's evidence rows is on {gpu})"
+                    if answer.language == "en"
+                    else f"（以上数据测于 {', '.join(others)}：该陷阱没有 {gpu} 上的数据）"
+                )
         out.append("")
     out += _crossovers(answer, L, markdown)
     return out
+
+
+def _relevant_evidence(rows: list[dict[str, Any]], gpu: str | None) -> list[dict[str, Any]]:
+    """The trap's rows (those of the asked-about GPU when it has any) and, beside them, only the
+    FP16 baselines of the same GPU, model and batch size (another GPU's or batch size's FP16
+    row says nothing about this change)."""
+    trap_rows = [r for r in rows if r.get("precision") != "fp16"]
+    on_gpu = [r for r in trap_rows if gpu and r.get("gpu") == gpu]
+    trap_rows = on_gpu or trap_rows
+    keys = {(r.get("gpu"), r.get("model"), r.get("batch_size")) for r in trap_rows}
+    baselines = [
+        r
+        for r in rows
+        if r.get("precision") == "fp16"
+        and (r.get("gpu"), r.get("model"), r.get("batch_size")) in keys
+    ]
+    return trap_rows + baselines if trap_rows else rows
 
 
 def _crossovers(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
@@ -883,9 +977,14 @@ def _findings(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                 impact = L["impact_usd"].format(
                     pct=f.impact.extra_energy_pct, usd=f.impact.extra_usd_per_month, tier=tier
                 )
-        out.append(f"- {mood_tag(f.mood)} {f.rule}: {f.message}{impact}")
+        _title, message, fix_summary = trap_text(
+            f.rule, answer.language, f.title, f.message, f.fix_summary or ""
+        )
+        if f.rule == "batch-size-one":
+            message, fix_summary = f.message, f.fix_summary or ""  # the advisor's own wording
+        out.append(f"- {mood_tag(f.mood)} {f.rule}{L['colon']}{message}{impact}")
         fix = f"`{f.fix}`" if markdown else f.fix
-        out.append(f"  {L['fix']}{L['colon']}{f.fix_summary or ''} {fix}".rstrip())
+        out.append(f"  {L['fix']}{L['colon']}{fix_summary} {fix}".rstrip())
     out.append("")
     return out
 
@@ -925,7 +1024,24 @@ def _out_of_data(answer: Answer, L: dict[str, str], lang: str, markdown: bool) -
     out.extend(f"- {o['detail']}" for o in answer.result.out_of_data)
     out.append("")
     out.append(_h(L["protocol_steps"], markdown, L))
-    steps = _MEASUREMENT_STEPS.get(lang, _MEASUREMENT_STEPS["en"])
+    steps = list(_MEASUREMENT_STEPS.get(lang, _MEASUREMENT_STEPS["en"]))
+    vendor = answer.vendor
+    if vendor is not None:
+        tool = vendor.power_tool.get(lang)
+        steps[2] = (
+            f"`ecoguard bench` reads power through NVML, which exists only on NVIDIA GPUs; on "
+            f"{vendor.name} read power with {tool} at >= 10 Hz around each run and report J per "
+            "1k generated tokens, tok/s and average W; measure idle power separately."
+            if lang == "en"
+            else f"`ecoguard bench` 通过 NVML 读取功耗，只适用于 NVIDIA GPU；在 {vendor.name} 上请用 {tool} "
+            "以 >= 10 Hz 采样每次运行的功耗，报告每千个生成 token 的焦耳数、tok/s 和平均功率；空闲功耗单独测量。"
+        )
+        steps[4] = (
+            f"Compare with an NVIDIA baseline only as a ratio measured the same way; no figure in "
+            f"the reference data is carried to {vendor.name}."
+            if lang == "en"
+            else f"与 NVIDIA 基线对比时，只比较用同样方法测出的比值；参考数据中的数字不会换算到 {vendor.name}。"
+        )
     out.extend(f"{i}. {s}" for i, s in enumerate(steps, start=1))
     out.append("")
     return out
@@ -963,7 +1079,7 @@ def _delta_vs_fp16(row: dict, evidence: list) -> float | None:
         if isinstance(e, dict)
         and e.get("precision") == "fp16"
         and e.get("energy_j_per_1k")
-        and all(e.get(k) == row.get(k) for k in ("gpu", "model_key", "batch_size"))
+        and all(e.get(k) == row.get(k) for k in ("gpu", "model", "batch_size"))
     ]
     if not same:
         return None

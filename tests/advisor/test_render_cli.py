@@ -172,7 +172,8 @@ def test_evidence_rows_show_the_change_vs_fp16_of_the_same_source():
 
 
 def test_a_recommendation_that_costs_more_is_not_printed_as_a_negative_saving() -> None:
-    # optimize --use chat on a BS-32 setup recommends BS 1, which costs more: say so plainly.
+    # A caller limiting optimize to BS 1 on a BS-32 setup gets a recommendation that costs
+    # more: the reasons and the saving line say so plainly.
     from ecoguard.advisor import protocols
     from ecoguard.advisor.answers import Answer, build_deployment
 
@@ -185,8 +186,12 @@ def test_a_recommendation_that_costs_more_is_not_printed_as_a_negative_saving() 
         generation_tokens=None,
         use="chat",
     )
-    result = protocols.optimize(dep, use="chat")
+    result = protocols.optimize(dep, use="chat", batch_sizes=(1,))
     assert result.recommendation["saving_pct"] < 0
+    assert any(
+        "smaller than your current 32" in r and "energy per token" in r
+        for r in result.recommendation["reasons"]
+    )
     text = render(Answer(result=result, defaults=tuple(defaults)), fmt="text", plain=True)
     assert "$-" not in text and "-1" not in text.split("Extra cost")[-1].split("\n")[0]
     assert "Extra cost: $" in text and "% more energy" in text

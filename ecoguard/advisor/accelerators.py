@@ -1,0 +1,257 @@
+"""Accelerators a question names that the GPU table does not hold.
+
+Two cases, answered differently:
+
+- NVIDIA cards outside the table (RTX 4080, RTX 3060, A10G, RTX 2080 Ti...): their public
+  specifications are below; the nearest profile in the table is picked (same architecture first,
+  then the closest memory bandwidth and board power, on a log scale), its figures are used with
+  the tier lowered to ``extrapolated``, and the answer says which profile and why. The card's own
+  VRAM is kept, so a model that does not fit its memory is still flagged.
+- Other vendors (Intel Gaudi, Apple silicon, Google TPU, AMD, Huawei Ascend): no reference row
+  was measured on them and no factor carries an NVIDIA figure over, so the answer is GRAY with
+  the measurement protocol and the vendor's own power counter to read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ecoguard.advisor.texts import Text
+
+
+@dataclass(frozen=True, slots=True)
+class CardSpec:
+    """Public specification of an NVIDIA card outside the GPU table (vendor spec sheets)."""
+
+    name: str
+    architecture: str
+    compute_capability: tuple[int, int]
+    vram_gb: float
+    mem_bandwidth_gbs: float
+    tdp_w: float
+
+
+# Lower-cased, folded name (no spaces, dashes, "rtx"/"geforce"/"nvidia") -> spec.
+NVIDIA_CARDS: dict[str, CardSpec] = {
+    "5080": CardSpec("NVIDIA GeForce RTX 5080", "blackwell", (12, 0), 16, 960, 360),
+    "5070ti": CardSpec("NVIDIA GeForce RTX 5070 Ti", "blackwell", (12, 0), 16, 896, 300),
+    "5070": CardSpec("NVIDIA GeForce RTX 5070", "blackwell", (12, 0), 12, 672, 250),
+    "4080super": CardSpec("NVIDIA GeForce RTX 4080 SUPER", "ada", (8, 9), 16, 736, 320),
+    "4080": CardSpec("NVIDIA GeForce RTX 4080", "ada", (8, 9), 16, 717, 320),
+    "4070ti": CardSpec("NVIDIA GeForce RTX 4070 Ti", "ada", (8, 9), 12, 504, 285),
+    "4070": CardSpec("NVIDIA GeForce RTX 4070", "ada", (8, 9), 12, 504, 200),
+    "4060ti": CardSpec("NVIDIA GeForce RTX 4060 Ti", "ada", (8, 9), 8, 288, 160),
+    "4060": CardSpec("NVIDIA GeForce RTX 4060", "ada", (8, 9), 8, 272, 115),
+    "6000ada": CardSpec("NVIDIA RTX 6000 Ada Generation", "ada", (8, 9), 48, 960, 300),
+    "l40": CardSpec("NVIDIA L40", "ada", (8, 9), 48, 864, 300),
+    "3090ti": CardSpec("NVIDIA GeForce RTX 3090 Ti", "ampere", (8, 6), 24, 1008, 450),
+    "3080ti": CardSpec("NVIDIA GeForce RTX 3080 Ti", "ampere", (8, 6), 12, 912, 350),
+    "3080": CardSpec("NVIDIA GeForce RTX 3080", "ampere", (8, 6), 10, 760, 320),
+    "3070": CardSpec("NVIDIA GeForce RTX 3070", "ampere", (8, 6), 8, 448, 220),
+    "3060ti": CardSpec("NVIDIA GeForce RTX 3060 Ti", "ampere", (8, 6), 8, 448, 200),
+    "3060": CardSpec("NVIDIA GeForce RTX 3060", "ampere", (8, 6), 12, 360, 170),
+    "a10g": CardSpec("NVIDIA A10G", "ampere", (8, 6), 24, 600, 300),
+    "a10": CardSpec("NVIDIA A10", "ampere", (8, 6), 24, 600, 150),
+    "a30": CardSpec("NVIDIA A30", "ampere", (8, 0), 24, 933, 165),
+    "a40": CardSpec("NVIDIA A40", "ampere", (8, 6), 48, 696, 300),
+    "a6000": CardSpec("NVIDIA RTX A6000", "ampere", (8, 6), 48, 768, 300),
+    "2080ti": CardSpec("NVIDIA GeForce RTX 2080 Ti", "turing", (7, 5), 11, 616, 250),
+    "2080": CardSpec("NVIDIA GeForce RTX 2080", "turing", (7, 5), 8, 448, 215),
+    "2070": CardSpec("NVIDIA GeForce RTX 2070", "turing", (7, 5), 8, 448, 175),
+    "1080ti": CardSpec("NVIDIA GeForce GTX 1080 Ti", "pascal", (6, 1), 11, 484, 250),
+    "p100": CardSpec("Tesla P100", "pascal", (6, 0), 16, 732, 250),
+    "h800": CardSpec("NVIDIA H800", "hopper", (9, 0), 80, 3350, 700),
+    "h20": CardSpec("NVIDIA H20", "hopper", (9, 0), 96, 4000, 400),
+    "b200": CardSpec("NVIDIA B200", "blackwell", (10, 0), 180, 8000, 1000),
+}
+# Architectures in release order: a card whose architecture has no profile is matched to the
+# nearest one by release, and the answer says so.
+ARCH_ORDER = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+
+def fold(name: str) -> str:
+    """``RTX 4080``/``GeForce-RTX-4080``/``rtx_4080`` -> ``4080``."""
+    text = name.lower()
+    for word in ("nvidia", "geforce", "tesla", "rtx", "gtx", "quadro"):
+        text = text.replace(word, "")
+    return re.sub(r"[\s\-_]+", "", text)
+
+
+def card_spec(name: str) -> CardSpec | None:
+    return NVIDIA_CARDS.get(fold(name))
+
+
+@dataclass(frozen=True, slots=True)
+class NearestProfile:
+    """The profile an unlisted NVIDIA card is answered with, and why."""
+
+    card: CardSpec
+    profile_key: str
+    profile_name: str
+    reason: Text
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "card": self.card.name,
+            "architecture": self.card.architecture,
+            "vram_gb": self.card.vram_gb,
+            "matched_profile": self.profile_key,
+            "reason": self.reason.en,
+        }
+
+
+def nearest_profile(card: CardSpec, profiles: dict[str, object]) -> NearestProfile:
+    """The closest profile: same architecture if any, else the nearest architecture by release;
+    then the smallest log distance in memory bandwidth and board power (decode is
+    bandwidth-bound, and board power scales the joules)."""
+    archs = {getattr(p, "architecture", None) for p in profiles.values()}
+    arch = card.architecture
+    same_arch = arch in archs
+    if not same_arch:
+        rank = ARCH_ORDER.index(arch) if arch in ARCH_ORDER else 0
+        present = [a for a in ARCH_ORDER if a in archs]
+        arch = min(present, key=lambda a: abs(ARCH_ORDER.index(a) - rank))
+    pool = {k: p for k, p in profiles.items() if getattr(p, "architecture", None) == arch}
+
+    def distance(profile: object) -> float:
+        bw = float(getattr(profile, "mem_bandwidth_gbs", 0) or 1)
+        tdp = float(getattr(profile, "tdp_w", 0) or 1)
+        return abs(math.log(bw / card.mem_bandwidth_gbs)) + abs(math.log(tdp / card.tdp_w))
+
+    key = min(sorted(pool), key=lambda k: distance(pool[k]))
+    chosen = pool[key]
+    name = str(getattr(chosen, "name", key))
+    bw, tdp = getattr(chosen, "mem_bandwidth_gbs", 0), getattr(chosen, "tdp_w", 0)
+    arch_en = (
+        f"same architecture ({card.architecture})"
+        if same_arch
+        else f"no profile of the {card.architecture} architecture; nearest by release: {arch}"
+    )
+    arch_zh = (
+        f"同为 {card.architecture} 架构"
+        if same_arch
+        else f"数据中没有 {card.architecture} 架构的 GPU；按发布时间最接近的是 {arch}"
+    )
+    specs = (
+        f"memory bandwidth {card.mem_bandwidth_gbs:,.0f} vs {bw:,.0f} GB/s, "
+        f"board power {card.tdp_w:,.0f} vs {tdp:,.0f} W"
+    )
+    specs_zh = (
+        f"显存带宽 {card.mem_bandwidth_gbs:,.0f} 对 {bw:,.0f} GB/s，"
+        f"板卡功耗 {card.tdp_w:,.0f} 对 {tdp:,.0f} W"
+    )
+    reason = Text(
+        f"{card.name} is not in the reference data; answered with {name} ({arch_en}; "
+        f"{specs}). Its figures are that GPU's, unscaled, so every tier is at most "
+        f"extrapolated; the {card.vram_gb:g} GB of VRAM is the {card.name}'s own.",
+        f"参考数据里没有 {card.name}；用 {name} 的数据回答（{arch_zh}；{specs_zh}）。"
+        f"数字是那块 GPU 的，未做换算，所以等级最多为“外推”；显存按 {card.name} 自己的 "
+        f"{card.vram_gb:g} GB 计。",
+    )
+    return NearestProfile(card, key, name, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Vendor:
+    """An accelerator family outside the data, and the tool that reads its power."""
+
+    key: str
+    name: str
+    power_tool: Text
+
+
+VENDORS: dict[str, Vendor] = {
+    "intel-gaudi": Vendor(
+        "intel-gaudi",
+        "Intel Gaudi",
+        Text("`hl-smi` (power draw per card)", "`hl-smi`（每张卡的功耗）"),
+    ),
+    "apple": Vendor(
+        "apple",
+        "Apple silicon",
+        Text(
+            "`sudo powermetrics --samplers gpu_power` (GPU power on macOS)",
+            "`sudo powermetrics --samplers gpu_power`（macOS 上的 GPU 功耗）",
+        ),
+    ),
+    "google-tpu": Vendor(
+        "google-tpu",
+        "Google TPU",
+        Text(
+            "the cloud provider's power or energy reporting for the TPU host",
+            "云服务商为 TPU 主机提供的功耗或能耗报告",
+        ),
+    ),
+    "amd": Vendor(
+        "amd",
+        "AMD GPU",
+        Text(
+            "`amd-smi metric --power` (or `rocm-smi --showpower`)",
+            "`amd-smi metric --power`（或 `rocm-smi --showpower`）",
+        ),
+    ),
+    "huawei-ascend": Vendor(
+        "huawei-ascend",
+        "Huawei Ascend",
+        Text("`npu-smi info` (power per NPU)", "`npu-smi info`（每块 NPU 的功耗）"),
+    ),
+}
+
+# Folded token -> vendor key. Checked per token of the question (whole words only).
+_VENDOR_TOKENS: dict[str, str] = {
+    "gaudi": "intel-gaudi",
+    "gaudi2": "intel-gaudi",
+    "gaudi3": "intel-gaudi",
+    "habana": "intel-gaudi",
+    "hpu": "intel-gaudi",
+    "apple": "apple",
+    "mps": "apple",
+    "macbook": "apple",
+    "mac": "apple",
+    "imac": "apple",
+    "m1": "apple",
+    "m2": "apple",
+    "m3": "apple",
+    "m4": "apple",
+    "tpu": "google-tpu",
+    "tpus": "google-tpu",
+    "tpuv4": "google-tpu",
+    "tpuv5e": "google-tpu",
+    "tpuv5p": "google-tpu",
+    "v5e": "google-tpu",
+    "v5p": "google-tpu",
+    "amd": "amd",
+    "radeon": "amd",
+    "instinct": "amd",
+    "rocm": "amd",
+    "mi300x": "amd",
+    "mi300": "amd",
+    "mi325x": "amd",
+    "mi250": "amd",
+    "mi250x": "amd",
+    "mi210": "amd",
+    "mi100": "amd",
+    "rx7900": "amd",
+    "7900xtx": "amd",
+    "ascend": "huawei-ascend",
+    "910b": "huawei-ascend",
+    "昇腾": "huawei-ascend",
+}
+_VENDOR_SUBSTRINGS = {"昇腾": "huawei-ascend", "苹果": "apple", "谷歌tpu": "google-tpu"}
+
+
+def find_vendor(tokens: list[str]) -> Vendor | None:
+    """The first non-NVIDIA accelerator named among the question's tokens."""
+    for raw in tokens:
+        key = raw.lower().replace("-", "").replace("_", "")
+        if key in _VENDOR_TOKENS:
+            return VENDORS[_VENDOR_TOKENS[key]]
+        if key.startswith("mi") and key[2:5].isdigit() and len(key) <= 6:
+            return VENDORS["amd"]
+        if not raw.isascii():
+            for needle, vendor in _VENDOR_SUBSTRINGS.items():
+                if needle in raw:
+                    return VENDORS[vendor]
+    return None

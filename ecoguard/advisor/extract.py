@@ -1,0 +1,237 @@
+"""Small extractors, one per kind of fact, each driven by a table: serving hours, the use
+(chat, API, batch job) read from the whole question, where the GPU runs (PUE), the electricity
+price and its currency, and code pasted into the question.
+
+Each takes the question (lower-cased where it says so, or with model and GPU names masked) and
+returns a typed result; none raises on odd input. Patterns are bounded and linear.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ecoguard.advisor.numbers import NUMBER
+from ecoguard.advisor.texts import Text
+
+# ---------------------------------------------------------------------------------------------
+# Serving hours a day
+
+_HOURS = re.compile(rf"({NUMBER})\s*(?:hours?|hrs?|h|个小时|小时)(?![a-z])", re.I)
+_DAY_AFTER = ("a day", "per day", "/day", "each day", "every day", "daily", "每天", "一天")
+_ALL_DAY = ("24/7", "全天候", "24小时不间断", "around the clock", "round the clock")
+
+
+def hours_per_day(masked: str, lower: str) -> float | None:
+    """``8 hours a day`` -> 8; ``每天运行 8 小时`` -> 8; ``24/7`` -> 24."""
+    for m in _HOURS.finditer(masked):
+        before = masked[max(0, m.start() - 12) : m.start()].lower()
+        after = masked[m.end() : m.end() + 14].lower()
+        if any(w in after for w in _DAY_AFTER) or "每天" in before:
+            return min(24.0, float(m.group(1).replace(",", "")))
+    if any(w in lower for w in _ALL_DAY):
+        return 24.0
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The use, from the whole question
+
+USES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "batch",
+        re.compile(
+            r"batch job|batch processing|batch inference|offline|bulk|nightly job|one-off|"
+            r"离线|批处理|批量处理|跑批|批量推理",
+            re.I,
+        ),
+    ),
+    (
+        "chat",
+        re.compile(r"chatbot|\bchat|assistant|interactive|聊天|对话|客服|助手", re.I),
+    ),
+    (
+        "api",
+        re.compile(
+            r"\bapi\b|endpoint|web service|\bserv(?:e|es|ing|er|ice)\b|\bproduction\b|\bprod\b|"
+            r"backend|saas|接口|在线服务|服务|生产|线上|上线",
+            re.I,
+        ),
+    ),
+)
+_PRODUCTION = re.compile(r"\bproduction\b|\bprod\b|生产|线上|上线", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class UseFact:
+    """The use a question describes. ``use`` None: nothing in it says (a default applies).
+    ``serving``: requests from many users arrive over time, so batching them is possible."""
+
+    use: str | None
+    serving: bool
+    reason: Text | None = None
+
+
+def infer_use(
+    lower: str,
+    *,
+    requests_per_month: int | None,
+    users_counted: bool,
+    concurrency: int | None,
+    one_off_tokens: bool,
+) -> UseFact:
+    """Read the use from words (batch job, chat, API, production), concurrency, user counts and
+    request volumes. A chat with several users at once is still chat, but served."""
+    stated = next((use for use, rx in USES if rx.search(lower)), None)
+    many = concurrency is not None and concurrency > 1
+    volume = requests_per_month is not None or users_counted
+    production = bool(_PRODUCTION.search(lower))
+    if stated == "batch":
+        return UseFact(
+            "batch", False, Text("the question describes a batch job", "问题描述的是批处理任务")
+        )
+    if stated == "chat":
+        if many or volume or production:
+            why = _serving_reason(concurrency, volume, production)
+            return UseFact(
+                "chat",
+                True,
+                Text(f"interactive chat, served: {why.en}", f"交互式聊天，且在线服务：{why.zh}"),
+            )
+        return UseFact("chat", False, Text("interactive chat", "交互式聊天"))
+    if stated == "api" or many or volume or production:
+        why = _serving_reason(concurrency, volume, production)
+        if stated == "api" and not (many or volume or production):
+            why = Text("an API or service", "API 或在线服务")
+        return UseFact("api", True, why)
+    if one_off_tokens:
+        return UseFact(
+            "batch",
+            False,
+            Text("a one-off text volume is processed offline", "一次性的文本量按离线批处理计"),
+        )
+    return UseFact(None, False, None)
+
+
+def _serving_reason(concurrency: int | None, volume: bool, production: bool) -> Text:
+    if concurrency is not None and concurrency > 1:
+        return Text(f"{concurrency:,} requests at once", f"同时 {concurrency:,} 个请求")
+    if production:
+        return Text("a production service", "生产环境的在线服务")
+    if volume:
+        return Text("a request volume from many users", "来自众多用户的请求量")
+    return Text("an API or service", "API 或在线服务")
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the GPU runs: a local machine has no data-centre overhead (PUE 1.0)
+
+_LOCAL = re.compile(
+    r"\bat home\b|\bhome lab\b|\bhomelab\b|\bmy (?:own )?(?:local )?(?:pc|desktop|computer|"
+    r"workstation|machine|gaming pc|rig)\b|\blocal(?:ly)? (?:gpu|machine|pc|box)\b|"
+    r"\bmy local\b|\bon[- ]prem(?:ise|ises)? desktop\b|家里|在家|本地|自己的电脑|台式机|个人电脑",
+    re.I,
+)
+LOCAL_PUE = 1.0
+
+
+def local_machine(text: str) -> bool:
+    """The GPU runs on the user's own machine (no facility overhead counted: PUE 1.0)."""
+    return bool(_LOCAL.search(text))
+
+
+# ---------------------------------------------------------------------------------------------
+# Electricity price and currency
+
+# Currency symbol or word -> ISO code.
+CURRENCIES: tuple[tuple[str, str], ...] = (
+    (r"\$|usd|us dollars?|dollars?|美元", "USD"),
+    (r"€|eur|euros?|欧元", "EUR"),
+    (r"£|gbp|pounds?|英镑", "GBP"),
+    (r"¥|元|cny|rmb|yuan|块钱?|人民币", "CNY"),
+    (r"円|jpy|yen|日元", "JPY"),
+    (r"₹|inr|rupees?|卢比", "INR"),
+    (r"cents?|¢", "USD-cent"),
+)
+SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "CNY": "¥", "JPY": "JPY ", "INR": "₹"}
+
+
+def _cur(tag: str) -> str:
+    return "|".join(f"(?P<{tag}{i}>{rx})" for i, (rx, _c) in enumerate(CURRENCIES))
+
+
+_CUR = _cur("c")
+_KWH = r"(?:/|per|a|每|一)\s*(?:kwh|kw·h|kw h|度|千瓦时)"
+_PRICE_BEFORE = re.compile(rf"(?:{_CUR})\s*({NUMBER})\s*{_KWH}", re.I)
+_PRICE_AFTER = re.compile(rf"({NUMBER})\s*(?:{_CUR})\s*{_KWH}", re.I)
+_PRICE_WORD = re.compile(
+    rf"(?:电价|electricity (?:price|costs?|is)|power price)\s*(?:是|为|=|:|：|of|is)?\s*"
+    rf"(?:(?:{_CUR})\s*)?({NUMBER})\s*(?:{_cur('d')})?",
+    re.I,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    per_kwh: float
+    currency: str  # ISO code: USD, EUR, GBP, CNY, JPY, INR
+    source: str
+
+
+def _currency_of(match: re.Match[str]) -> str | None:
+    groups = match.groupdict()
+    for i, (_rx, code) in enumerate(CURRENCIES):
+        if groups.get(f"c{i}") or groups.get(f"d{i}"):
+            return code
+    return None
+
+
+def electricity_price(masked: str) -> Price | None:
+    """``$0.15/kWh``, ``€0.25/kWh``, ``0.6 元/度``, ``12 cents per kWh``, ``电价 0.6 元``."""
+    for rx in (_PRICE_BEFORE, _PRICE_AFTER, _PRICE_WORD):
+        m = rx.search(masked)
+        if not m:
+            continue
+        number = next(g for g in m.groups() if g is not None and re.fullmatch(NUMBER, g.strip()))
+        value = float(number.replace(",", ""))
+        code = _currency_of(m)
+        if rx is _PRICE_WORD and code is None:
+            continue
+        if code == "USD-cent":
+            value, code = value / 100.0, "USD"
+        return Price(value, code or "USD", m.group(0).strip())
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Code pasted into a question
+
+_CODE_SIGNS = re.compile(
+    r"from_pretrained\s*\(|BitsAndBytesConfig\s*\(|TorchAoConfig\s*\(|\.generate\s*\(|"
+    r"^\s*(?:from\s+[\w.]+\s+)?import\s+\w|quantization_config\s*=|torch\.compile\s*\(",
+    re.M,
+)
+# Where code starts on a line of prose: an assignment, an import, or a known call.
+_CODE_START = re.compile(
+    r"(?:^|(?<=[\s:：`]))(?:[A-Za-z_][\w.]*\s*=\s*[A-Za-z_][\w.]*\s*[(.]|from\s+[\w.]+\s+import\b|"
+    r"import\s+\w|[A-Za-z_][\w.]*\.from_pretrained\s*\(|from_pretrained\s*\(|BitsAndBytesConfig\s*\()",
+    re.M,
+)
+
+
+def pasted_code(text: str) -> str | None:
+    """The Python code pasted into a question, or None. Fenced blocks first; else from the
+    first line that starts code to the end (trailing prose after a closing bracket dropped)."""
+    if not _CODE_SIGNS.search(text):
+        return None
+    fence = re.search(r"```(?:python|py)?\n?(.{1,10000}?)```", text, re.S)
+    if fence:
+        return fence.group(1).strip() or None
+    m = _CODE_START.search(text)
+    if not m:
+        return None
+    code = text[m.start() :].strip().strip("`")
+    last = max(code.rfind(")"), code.rfind("]"))
+    if last >= 0 and not code[last + 1 :].strip().startswith(("(", ".", "[")):
+        code = code[: last + 1]
+    return code or None

@@ -1,0 +1,336 @@
+"""Batching advice for every serving use, and the quantization check that respects uncertainty.
+
+Batching: the study's rule is that production APIs batch (BS >= 8), batch jobs use 32-64, and
+interactive chat may run BS 1 but batches its concurrent users. ecoguard ships the fix: the
+coalescing batcher (``ecoguard.install(batching=True, max_batch_size=N)``, docs/batching.md)
+merges concurrent generate calls into one batched call. The advice says how many requests are in
+flight (stated, or derived: monthly requests x seconds per request / seconds in the month), how
+much GPU time the volume takes at the current batch size, the batch size the batcher can fill,
+and the energy and money that saves, with the estimator's ranges and tiers.
+
+Quantization: it changes outputs, so it is recommended only when its saving holds across what
+the experiments span: the upper end of the quantized p10-p90 range below the lower end of the
+unquantized one, or every same-session paired delta negative.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ecoguard.advisor.texts import Text, tier_word
+from ecoguard.config import Settings
+from ecoguard.deployment import Deployment
+
+SECONDS_PER_MONTH = 30 * 86_400
+BATCHER_MAX = 16  # the batcher's max_batch_size the advice proposes for serving
+BATCH_JOB_SIZE = 32  # prompts per generate call for an offline job (the study: 32-64)
+MIN_SAVING_PCT = 5.0  # below this the difference is within run-to-run spread
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingAdvice:
+    """How batching changes this deployment's energy. ``target_batch`` 1 means nothing to
+    coalesce (fewer than two requests in flight)."""
+
+    use: str
+    serving: bool
+    current_batch: int
+    target_batch: int
+    concurrency: float | None
+    concurrency_basis: str  # "stated" | "derived" | "none"
+    seconds_per_request: float | None
+    gpu_days_per_month: float | None  # GPU time the monthly volume takes at the current batch
+    energy_now_j_per_1k: float | None
+    energy_now_range: list[float] | None
+    energy_target_j_per_1k: float | None
+    energy_target_range: list[float] | None
+    saving_pct: float | None
+    saving_usd_per_month: float | None
+    tier: str
+    fix: str
+    conditional: bool  # chat without a stated crowd: the advice applies if users overlap
+    rows: tuple[str, ...] = ()
+
+    @property
+    def worth_it(self) -> bool:
+        return (
+            self.target_batch > self.current_batch
+            and self.saving_pct is not None
+            and self.saving_pct >= MIN_SAVING_PCT
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "use": self.use,
+            "serving": self.serving,
+            "current_batch": self.current_batch,
+            "target_batch": self.target_batch,
+            "concurrency": None if self.concurrency is None else round(self.concurrency, 2),
+            "concurrency_basis": self.concurrency_basis,
+            "seconds_per_request": _round(self.seconds_per_request, 2),
+            "gpu_days_per_month": _round(self.gpu_days_per_month, 1),
+            "energy_now_j_per_1k": _round(self.energy_now_j_per_1k, 1),
+            "energy_now_range": self.energy_now_range,
+            "energy_target_j_per_1k": _round(self.energy_target_j_per_1k, 1),
+            "energy_target_range": self.energy_target_range,
+            "saving_pct": self.saving_pct,
+            "saving_usd_per_month": self.saving_usd_per_month,
+            "tier": self.tier,
+            "fix": self.fix,
+            "conditional": self.conditional,
+            "worth_it": self.worth_it,
+        }
+
+    def lines(self, language: str) -> list[str]:
+        """The advice as sentences in the answer's language."""
+        zh = language == "zh"
+        out: list[str] = []
+        if self.gpu_days_per_month is not None and self.current_batch == 1:
+            days = self.gpu_days_per_month
+            gpus = max(1, math.ceil(days / 30))
+            if zh:
+                more = f"，一块 GPU 不够，至少要 {gpus} 块全天运行" if days > 30 else ""
+                out.append(
+                    f"按批大小 1，每月的请求量需要约 {days:,.1f} 个 GPU·天的计算"
+                    f"（每次请求 {self.seconds_per_request:,.1f} 秒；一个月 30 天）{more}。"
+                )
+            else:
+                more = (
+                    f": more than one GPU can do, at least {gpus} running around the clock"
+                    if days > 30
+                    else ""
+                )
+                out.append(
+                    f"At batch size 1 the monthly volume is about {days:,.1f} GPU-days of work "
+                    f"({self.seconds_per_request:,.1f} s per request; a month is 30 days){more}."
+                )
+        if self.concurrency is not None:
+            basis = {
+                "stated": Text("as stated", "问题中给出"),
+                "derived": Text(
+                    "monthly requests x seconds per request / seconds in a month",
+                    "每月请求数 x 每次请求秒数 / 每月秒数",
+                ),
+            }.get(self.concurrency_basis, Text("", ""))
+            out.append(
+                f"同时在处理的请求：约 {self.concurrency:,.1f}（{basis.zh}）。"
+                if zh
+                else f"Requests in flight at once: about {self.concurrency:,.1f} ({basis.en})."
+            )
+        if self.target_batch <= self.current_batch:
+            if self.target_batch <= 1 and self.current_batch <= 1:
+                out.append(
+                    "同时在处理的请求不到 2 个，批处理器没有可合并的请求；请求量上来后再开启。"
+                    if zh
+                    else "Fewer than two requests are in flight, so a batcher would have nothing "
+                    "to coalesce; turn it on when traffic overlaps."
+                )
+            return out
+        saving = "-" if self.saving_pct is None else f"{self.saving_pct:.0f}%"
+        usd = (
+            ""
+            if self.saving_usd_per_month is None
+            else (
+                f"，每月约 ${self.saving_usd_per_month:,.2f}"
+                if zh
+                else f", about ${self.saving_usd_per_month:,.2f}/month"
+            )
+        )
+        now = _range_text(self.energy_now_j_per_1k, self.energy_now_range)
+        target = _range_text(self.energy_target_j_per_1k, self.energy_target_range)
+        if self.use == "batch":
+            lead = (
+                f"每次 generate 传入 {self.target_batch} 个提示词"
+                if zh
+                else f"Pass {self.target_batch} prompts per generate call"
+            )
+        else:
+            lead = (
+                f"合并并发请求：`{self.fix}`"
+                if zh
+                else f"Coalesce concurrent requests: `{self.fix}`"
+            )
+        if_clause = ""
+        if self.conditional:
+            if_clause = "如果有多个用户同时聊天，" if zh else "If several users chat at once: "
+        if zh:
+            out.append(
+                f"{if_clause}{lead}，批大小 {self.current_batch} -> {self.target_batch}："
+                f"每千 token {now} -> {target} J，能耗降低约 {saving}{usd}（{tier_word(self.tier, 'zh')}；输出不变）。"
+            )
+        else:
+            out.append(
+                f"{if_clause}{lead}, batch size {self.current_batch} -> {self.target_batch}: "
+                f"{now} -> {target} J per 1k tokens, about {saving} less energy{usd} "
+                f"({self.tier}; outputs unchanged)."
+            )
+        return out
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _range_text(value: float | None, bounds: list[float] | None) -> str:
+    if value is None:
+        return "-"
+    if bounds and len(bounds) == 2 and None not in bounds:
+        return f"{value:,.0f} ({bounds[0]:,.0f}-{bounds[1]:,.0f})"
+    return f"{value:,.0f}"
+
+
+def seconds_per_request(est: dict[str, Any], deployment: Deployment) -> float | None:
+    """Wall time of one request at this batch size: the estimator's latency, else generated
+    tokens / throughput, else energy per request / power."""
+    latency = est.get("latency_s")
+    if isinstance(latency, (int, float)) and latency > 0:
+        return float(latency)
+    tput = est.get("throughput_tok_s")
+    if isinstance(tput, (int, float)) and tput > 0 and deployment.generation_tokens:
+        return deployment.generation_tokens * max(1, deployment.batch_size or 1) / tput
+    energy, power = est.get("energy_per_request_j"), est.get("power_w")
+    if isinstance(energy, (int, float)) and isinstance(power, (int, float)) and power > 0:
+        return float(energy) / float(power)
+    return None
+
+
+def serving_batch_cap(in_flight: float | None) -> int:
+    """The batch a batcher can fill: the requests in flight at once (rounded), at most
+    BATCHER_MAX."""
+    if in_flight is None:
+        return BATCHER_MAX
+    return max(1, min(BATCHER_MAX, int(in_flight + 0.5)))
+
+
+def requests_in_flight(
+    deployment: Deployment,
+    *,
+    settings: Settings,
+    requests_per_month: int,
+    concurrency: int | None,
+    hours_per_day: float | None = None,
+) -> tuple[float | None, str, float | None]:
+    """``(requests in flight, basis, seconds per request at batch size 1)``: stated, or derived
+    by Little's law (arrival rate x time in the system) from the monthly volume."""
+    from ecoguard.advisor.protocols import estimate_dict, run_estimate
+
+    single = deployment.with_(batch_size=1)
+    base = estimate_dict(run_estimate(single, settings, requests_per_month))
+    per_request = seconds_per_request(base, single)
+    if concurrency is not None:
+        return float(concurrency), "stated", per_request
+    if per_request is None:
+        return None, "none", None
+    seconds = SECONDS_PER_MONTH * ((hours_per_day or 24.0) / 24.0)
+    return requests_per_month * per_request / seconds, "derived", per_request
+
+
+def batching_advice(
+    deployment: Deployment,
+    *,
+    settings: Settings,
+    requests_per_month: int,
+    use: str,
+    serving: bool,
+    concurrency: int | None,
+    hours_per_day: float | None = None,
+    target_batch: int | None = None,
+) -> BatchingAdvice | None:
+    """Batching advice for a served deployment (or a batch job); None without energy data.
+    ``target_batch``: the batch size a recommendation already chose (the advice then prices
+    that one, so the answer does not name two targets)."""
+    from ecoguard.advisor.protocols import estimate_dict, run_estimate
+
+    current_batch = max(1, deployment.batch_size or 1)
+    now_dep = deployment.with_(batch_size=current_batch)
+    now = estimate_dict(run_estimate(now_dep, settings, requests_per_month))
+    energy_now = now.get("energy_per_1k_tokens_j")
+    if not isinstance(energy_now, (int, float)):
+        return None
+    in_flight, basis, per_request = requests_in_flight(
+        now_dep,
+        settings=settings,
+        requests_per_month=requests_per_month,
+        concurrency=concurrency,
+        hours_per_day=hours_per_day,
+    )
+    gpu_days = requests_per_month * per_request / 86_400 if per_request is not None else None
+    conditional = use == "chat" and not serving
+    if use == "batch":
+        target = max(current_batch, BATCH_JOB_SIZE)
+    elif conditional:
+        target = max(current_batch, 4)
+    else:
+        target = max(current_batch, serving_batch_cap(in_flight))
+    if target_batch is not None and target_batch > current_batch:
+        target = target_batch
+    fix = f"ecoguard.install(batching=True, max_batch_size={max(target, 2)})"
+    if target == current_batch:
+        return BatchingAdvice(
+            use, serving, current_batch, target, in_flight, basis, per_request, gpu_days,
+            energy_now, now.get("energy_per_1k_tokens_j_range"), None, None, None, None,
+            now.get("tier", "none"), fix, conditional, tuple(now.get("rows") or ()),
+        )  # fmt: skip
+    after = estimate_dict(
+        run_estimate(now_dep.with_(batch_size=target), settings, requests_per_month)
+    )
+    energy_after = after.get("energy_per_1k_tokens_j")
+    saving = (
+        round((1 - energy_after / energy_now) * 100.0, 1)
+        if isinstance(energy_after, (int, float)) and energy_now
+        else None
+    )
+    cost_now = (now.get("monthly") or {}).get("cost_usd")
+    cost_after = (after.get("monthly") or {}).get("cost_usd")
+    saving_usd = (
+        round(cost_now - cost_after, 2)
+        if isinstance(cost_now, (int, float)) and isinstance(cost_after, (int, float))
+        else None
+    )
+    from ecoguard.findings import weakest_tier
+
+    return BatchingAdvice(
+        use=use,
+        serving=serving,
+        current_batch=current_batch,
+        target_batch=target,
+        concurrency=in_flight,
+        concurrency_basis=basis,
+        seconds_per_request=per_request,
+        gpu_days_per_month=gpu_days,
+        energy_now_j_per_1k=energy_now,
+        energy_now_range=now.get("energy_per_1k_tokens_j_range"),
+        energy_target_j_per_1k=energy_after if isinstance(energy_after, (int, float)) else None,
+        energy_target_range=after.get("energy_per_1k_tokens_j_range"),
+        saving_pct=saving,
+        saving_usd_per_month=saving_usd,
+        tier=weakest_tier((now.get("tier", "none"), after.get("tier", "none"))),
+        fix=fix,
+        conditional=conditional,
+        rows=tuple(dict.fromkeys([*(now.get("rows") or ()), *(after.get("rows") or ())])),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantization under uncertainty
+
+
+def quantization_holds(quantized: dict[str, Any], unquantized: dict[str, Any]) -> bool:
+    """Whether a quantized configuration's saving holds beyond the experiments' spread: its
+    p90 below the unquantized p10, or every same-session paired delta negative."""
+    pairs = [
+        p.get("delta_pct") for p in quantized.get("paired_deltas") or () if isinstance(p, dict)
+    ]
+    pairs = [p for p in pairs if isinstance(p, (int, float))]
+    if pairs and all(p < 0 for p in pairs):
+        return True
+    q_range = quantized.get("energy_per_1k_tokens_j_range")
+    u_range = unquantized.get("energy_per_1k_tokens_j_range")
+    if q_range and u_range and None not in q_range and None not in u_range:
+        return bool(q_range[1] < u_range[0])
+    if pairs:
+        return False  # the sessions disagree and there is no range to settle it
+    q, u = quantized.get("energy_per_1k_tokens_j"), unquantized.get("energy_per_1k_tokens_j")
+    return isinstance(q, (int, float)) and isinstance(u, (int, float)) and q < u * 0.95
