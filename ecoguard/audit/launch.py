@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ecoguard.audit.result import AuditResult, FileProblem
 from ecoguard.deployment import GpuSpec
-from ecoguard.engines.engine_args import engine_deployment, engine_findings
+from ecoguard.engines.engine_args import engine_deployment, engine_findings, resolve_model_spec
 from ecoguard.engines.launch_files import LaunchCommand, LaunchFileError, find_commands, launch_kind
 from ecoguard.findings import Finding, Location
 
@@ -39,8 +39,6 @@ def audit_launch_text(
     """Audit one launch file's text. ``kind`` (``shell``, ``dockerfile``, ``yaml``) defaults to
     what the file name says. A YAML syntax error is a problem of the file, not an exception;
     an unrendered Helm template is skipped with a note to render it first."""
-    from ecoguard.audit.core import _model_spec
-
     result = AuditResult(files=[filename])
     kind = kind or launch_kind(filename)
     if kind is None:
@@ -63,7 +61,7 @@ def audit_launch_text(
             result.problems.append(FileProblem(filename, "syntax-error", str(exc), exc.line))
         return result
     for command in commands:
-        facts = engine_deployment(command.config, gpu=gpu, resolve_model=_model_spec)
+        facts = engine_deployment(command.config, gpu=gpu, resolve_model=resolve_model_spec)
         for finding in engine_findings(facts):
             result.findings.append(_placed(finding, command, filename))
     return result.sort()

@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
 from ecoguard.findings import Finding
@@ -268,6 +269,24 @@ def parse_command(tokens: Sequence[str]) -> EngineConfig | None:
         return None
     engine, start = found
     return parse_args(engine, tokens[start:], offset=start)
+
+
+def resolve_model_spec(text: str) -> ModelSpec | None:
+    """The model a model id or path names, with its size, from the knowledge registry (or the
+    size in the name, ``-1.5B``); None when it names nothing that can be sized."""
+    return _resolve_model_spec(text)
+
+
+@lru_cache(maxsize=512)
+def _resolve_model_spec(text: str) -> ModelSpec | None:
+    from ecoguard.errors import UsageError
+    from ecoguard.knowledge import resolve_model
+
+    try:
+        info = resolve_model(text)
+    except UsageError:
+        return None
+    return info.to_model_spec(info.id or text)
 
 
 # -- facts ------------------------------------------------------------------------------------

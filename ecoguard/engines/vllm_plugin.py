@@ -1,0 +1,362 @@
+"""ecoguard inside vLLM: the general plugin and the per-step energy attribution.
+
+vLLM loads entry points of two groups that ecoguard registers (see pyproject.toml):
+
+* ``vllm.general_plugins`` -> :func:`register`, called in every vLLM process. With
+  ``ECOGUARD_VLLM=1`` it wraps ``EngineArgs.create_engine_config`` so that the guard's rules
+  judge the engine arguments as the engine starts (``ECOGUARD_MODE`` warn / fix / strict: fix
+  raises ``max_num_seqs`` from 1 before the config is built and says so; strict refuses to
+  start an engine with a trap).
+* ``vllm.stat_logger_plugins`` -> ``ecoguard.engines.vllm_stat_logger.EcoguardStatLogger``,
+  which vLLM's front end calls after every engine step with the scheduler and iteration stats.
+  It hands them to :class:`StepAttributor`: the GPU energy of the engine's devices over each
+  interval between steps becomes one meter record with that interval's generation tokens and
+  the live batch (``num_running_reqs``), published like any generate call (metrics with
+  ``model_name`` = vLLM's served model name, the ledger).
+
+Nothing here may break the engine: every ecoguard step runs inside ``contained`` (the fault is
+logged at debug level and counted under ``vllm.*``), except strict mode's deliberate refusal.
+vLLM itself is imported only inside functions; this module imports without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ecoguard.config import Settings
+from ecoguard.deployment import GpuSpec
+from ecoguard.engines.engine_args import (
+    EngineConfig,
+    EngineFacts,
+    engine_deployment,
+    engine_findings,
+    resolve_model_spec,
+)
+from ecoguard.errors import EnergyTrapError
+from ecoguard.faults import record_fault
+from ecoguard.findings import Finding, Location
+
+ENV_FLAG = "ECOGUARD_VLLM"
+
+_log = logging.getLogger("ecoguard")
+_patch_lock = threading.Lock()
+_patched = False
+
+
+def enabled(environ: Any = None) -> bool:
+    """Whether ``ECOGUARD_VLLM`` turns the plugin on (``1``, ``true``, ``yes``, ``on``)."""
+    value = (environ if environ is not None else os.environ).get(ENV_FLAG, "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@contextmanager
+def contained(stage: str) -> Iterator[None]:
+    """Run an ecoguard step inside vLLM: any exception is counted as a fault of ``stage`` and
+    swallowed, so the engine goes on."""
+    try:
+        yield
+    except Exception as exc:
+        record_fault(stage, exc)
+
+
+# -- the general plugin: rules at engine start ----------------------------------------------
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point. vLLM calls it once per process (API server,
+    engine core, workers); only with ``ECOGUARD_VLLM=1`` does it do anything. Idempotent."""
+    global _patched
+    if not enabled():
+        return
+    with contained("vllm.register"), _patch_lock:
+        if _patched:
+            return
+        import wrapt
+
+        wrapt.wrap_function_wrapper(
+            "vllm.engine.arg_utils", "EngineArgs.create_engine_config", _create_engine_config
+        )
+        _patched = True
+
+
+def _create_engine_config(wrapped, instance, args, kwargs):
+    """Around ``EngineArgs.create_engine_config``: fix before, judge after. Only strict mode's
+    EnergyTrapError leaves this wrapper; any other ecoguard failure is counted."""
+    settings: Settings | None = None
+    fixed_from: int | None = None
+    with contained("vllm.install"):
+        # The front end is the process that builds the config: install here, so the meter
+        # (the GPU the rules judge), the ledger and /metrics are up before the findings.
+        settings = _install()
+    if settings is not None:
+        with contained("vllm.fix"):
+            fixed_from = apply_fixes(instance, settings)
+    vllm_config = wrapped(*args, **kwargs)
+    if settings is not None:
+        try:
+            judge_engine(vllm_config, settings, fixed_from=fixed_from)
+        except EnergyTrapError:
+            raise
+        except Exception as exc:
+            record_fault("vllm.rules", exc)
+    return vllm_config
+
+
+def _install() -> Settings:
+    """``ecoguard.install()`` from ``ECOGUARD_*`` (idempotent), alerts made visible: vLLM
+    configures its own loggers, not ``ecoguard``'s."""
+    import ecoguard
+
+    settings = ecoguard.install()
+    logger = logging.getLogger("ecoguard")
+    if not any(getattr(h, "_ecoguard_vllm", False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setLevel(logging.INFO)
+        handler._ecoguard_vllm = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
+    return settings
+
+
+def fixed_max_num_seqs(settings: Settings) -> int:
+    """What fix mode raises ``max_num_seqs`` 1 to: ecoguard's batching limit (at least 2)."""
+    return max(2, settings.max_batch_size)
+
+
+def apply_fixes(engine_args: Any, settings: Settings) -> int | None:
+    """Fix mode, before the config is built: ``max_num_seqs`` 1 becomes
+    :func:`fixed_max_num_seqs`. Returns the old value when it changed something, else None."""
+    if getattr(engine_args, "max_num_seqs", None) != 1:
+        return None
+    if settings.action_for("batch-size-one") != "fix":
+        return None
+    engine_args.max_num_seqs = fixed_max_num_seqs(settings)
+    return 1
+
+
+def config_from_vllm(vllm_config: Any) -> EngineConfig:
+    """The EngineConfig of a built ``VllmConfig``: the resolved quantization method and the
+    checkpoint's own ``quantization_config``, not just the flags."""
+    model_config = vllm_config.model_config
+    quant_config = getattr(getattr(model_config, "hf_config", None), "quantization_config", None)
+    if quant_config is not None and not isinstance(quant_config, dict):
+        to_dict = getattr(quant_config, "to_dict", None)
+        quant_config = to_dict() if callable(to_dict) else None
+    served = getattr(model_config, "served_model_name", None)
+    if isinstance(served, list | tuple):
+        served = served[0] if served else None
+    dtype = str(getattr(model_config, "dtype", "") or "").replace("torch.", "") or None
+    parallel = getattr(vllm_config, "parallel_config", None)
+    return EngineConfig(
+        engine="vllm",
+        model=getattr(model_config, "model", None),
+        served_model_name=served,
+        quantization=getattr(model_config, "quantization", None),
+        dtype=dtype,
+        max_num_seqs=getattr(getattr(vllm_config, "scheduler_config", None), "max_num_seqs", None),
+        enforce_eager=getattr(model_config, "enforce_eager", None),
+        tensor_parallel_size=getattr(parallel, "tensor_parallel_size", None),
+        quant_config=quant_config,
+    )
+
+
+def judge_engine(
+    vllm_config: Any,
+    settings: Settings,
+    *,
+    fixed_from: int | None = None,
+    gpu: GpuSpec | None = None,
+) -> list[tuple[Finding, str]]:
+    """Run the rules on a built vLLM config and act on them as ``settings`` say: log and
+    publish each finding (metrics, ledger), with action ``fix`` for what :func:`apply_fixes`
+    changed, and raise EnergyTrapError in strict mode. Returns (finding, action) pairs."""
+    from ecoguard.guard.policy import Policy
+
+    config = config_from_vllm(vllm_config)
+    if fixed_from is not None:
+        # Judge what the user asked for; the fix is reported as applied.
+        config = EngineConfig(**{**_fields(config), "max_num_seqs": fixed_from})
+    facts = engine_deployment(
+        config, gpu=gpu or _gpu_from_meter(), resolve_model=resolve_model_spec
+    )
+    policy = Policy(settings)
+    site = (Location(f"vllm engine ({config.served_model_name or config.model})"), "vllm")
+    acted: list[tuple[Finding, str]] = []
+    refused: list[Finding] = []
+    for finding in engine_findings(facts, settings=settings):
+        action = settings.action_for(finding.rule)
+        if action == "off":
+            continue
+        changed = None
+        if finding.rule == "batch-size-one" and fixed_from is not None:
+            action = "fix"
+            changed = f"max_num_seqs {fixed_from} -> {fixed_max_num_seqs(settings)}"
+        elif action == "fix":
+            action = "warn"  # nothing else can be changed from engine arguments
+        elif action == "strict":
+            refused.append(finding)
+        policy.report(
+            finding,
+            action=action,
+            source="vllm",
+            deployment=facts.deployment,
+            changed=changed,
+            call_site=site,
+        )
+        acted.append((finding, action))
+    if refused:
+        raise policy.refuse(refused, where="the vLLM engine start")
+    return acted
+
+
+def _fields(config: EngineConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in EngineConfig.__dataclass_fields__}
+
+
+def _gpu_from_meter() -> GpuSpec:
+    """The engine's GPU as the running meter sees it (empty without one)."""
+    with contained("vllm.gpu"):
+        from ecoguard.energy import get_meter
+        from ecoguard.knowledge import resolve_gpu
+
+        meter = get_meter()
+        if meter is not None and meter.tracks:
+            profile = resolve_gpu(meter.tracks[0].info.name)
+            return GpuSpec(
+                profile=profile.key,
+                name=meter.tracks[0].info.name,
+                architecture=profile.architecture,
+                compute_capability=tuple(profile.compute_capability)[:2]  # type: ignore[arg-type]
+                if profile.compute_capability
+                else None,
+                vram_gb=profile.vram_gb,
+            )
+    return GpuSpec()
+
+
+# -- per-step energy ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Pending:
+    tokens: int = 0
+    requests: int = 0
+
+
+class StepAttributor:
+    """Turns the stream of engine steps into meter records.
+
+    A window is open on the engine's GPUs while it has requests in flight. At each step the
+    open window is closed with the generation tokens and finished requests that step reported
+    and the running batch, then a new one opens, so every interval's GPU energy is divided by
+    that interval's tokens. When the engine drains (nothing running or waiting) the window
+    closes and none is open while it idles: idle energy stays in ``ecoguard_gpu_energy_joules``
+    but is not charged to tokens. The first step after an idle spell opens the next window and
+    its tokens are counted with it, so ecoguard's token total equals vLLM's
+    ``vllm:generation_tokens_total``.
+    """
+
+    def __init__(self, meter: Any, call_info: Any, devices: tuple[int, ...] | None) -> None:
+        self.meter = meter
+        self.call_info = call_info
+        self.devices = devices
+        self._window: Any = None
+        self._pending = _Pending()
+        self._lock = threading.Lock()
+        self.records = 0
+
+    def step(self, *, tokens: int, finished: int, running: int | None, waiting: int | None) -> Any:
+        """One engine step: ``tokens`` generated and ``finished`` requests completed in it;
+        ``running``/``waiting`` from the scheduler after it (None when not reported). Returns
+        the record published, if any."""
+        with self._lock:
+            record = None
+            busy = bool(running or waiting or (running is None and waiting is None))
+            if self._window is None:
+                self._pending.tokens += tokens
+                self._pending.requests += finished
+                if busy:
+                    self._window = self.meter.begin(devices=self.devices, info=self.call_info)
+            else:
+                tokens += self._pending.tokens
+                finished += self._pending.requests
+                self._pending = _Pending()
+                record = self.meter.end(
+                    self._window,
+                    tokens=tokens,
+                    requests=finished,
+                    batch_size=running if running else None,
+                )
+                self.records += record is not None
+                self._window = None
+                if busy:
+                    self._window = self.meter.begin(devices=self.devices, info=self.call_info)
+            return record
+
+    def close(self) -> Any:
+        """Close the open window (engine shutdown), charging it any tokens still pending."""
+        with self._lock:
+            if self._window is None:
+                return None
+            pending, self._pending = self._pending, _Pending()
+            window, self._window = self._window, None
+            return self.meter.end(window, tokens=pending.tokens, requests=pending.requests)
+
+
+def engine_devices(vllm_config: Any, engine_index: int, device_count: int) -> tuple[int, ...]:
+    """The visible GPU indices of data-parallel engine ``engine_index``: its tensor x pipeline
+    block, in order (engine 0 of a TP=2 setup: GPUs 0 and 1)."""
+    parallel = getattr(vllm_config, "parallel_config", None)
+    world = max(1, int(getattr(parallel, "tensor_parallel_size", 1) or 1)) * max(
+        1, int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
+    )
+    first = engine_index * world
+    return tuple(i for i in range(first, first + world) if i < device_count) or (0,)
+
+
+def start_attribution(vllm_config: Any, engine_index: int = 0) -> StepAttributor | None:
+    """Install ecoguard in this (front-end) process from ``ECOGUARD_*`` and return the
+    attributor for one engine; None when the meter is off or there is no GPU to read."""
+    from ecoguard.energy import CallInfo, get_meter
+
+    settings = _install()
+    meter = get_meter()
+    if meter is None or not settings.measure or not meter.tracks:
+        return None
+    config = config_from_vllm(vllm_config)
+    facts: EngineFacts = engine_deployment(
+        config, gpu=_gpu_from_meter(), resolve_model=resolve_model_spec
+    )
+    info = CallInfo(
+        model_name=config.served_model_name or config.model,
+        precision=facts.deployment.precision,
+        deployment=facts.deployment,
+        label="vllm",
+    )
+    devices = engine_devices(vllm_config, engine_index, len(meter.tracks))
+    _log.info(
+        "ecoguard: attributing GPU %s energy to vLLM engine %d steps (model_name=%s)",
+        ",".join(map(str, devices)),
+        engine_index,
+        info.model_name,
+    )
+    return StepAttributor(meter, info, devices)
+
+
+def observe_step(attributor: StepAttributor, scheduler_stats: Any, iteration_stats: Any) -> Any:
+    """Read one step's stats (vLLM's SchedulerStats / IterationStats) into the attributor."""
+    tokens = int(getattr(iteration_stats, "num_generation_tokens", 0) or 0)
+    finished = len(getattr(iteration_stats, "finished_requests", ()) or ())
+    running = getattr(scheduler_stats, "num_running_reqs", None)
+    waiting = getattr(scheduler_stats, "num_waiting_reqs", None)
+    if iteration_stats is None and scheduler_stats is None:
+        return None
+    return attributor.step(tokens=tokens, finished=finished, running=running, waiting=waiting)
