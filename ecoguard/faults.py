@@ -15,10 +15,12 @@ _lock = threading.Lock()
 _counts: Counter[str] = Counter()
 
 
-def record_fault(stage: str, exc: BaseException | None = None) -> None:
-    """Count a fault in ``stage`` (``guard.extract``, ``meter.sample``, ``ledger.write``...)."""
+def record_fault(stage: str, exc: BaseException | None = None, *, count: int = 1) -> None:
+    """Count a fault in ``stage`` (``guard.extract``, ``meter.sample``, ``ledger.write``...).
+
+    ``count``: how many things it cost at once (records dropped in one batch, for instance)."""
     with _lock:
-        _counts[stage] += 1
+        _counts[stage] += count
     try:
         _log.debug("ecoguard fault in %s: %r", stage, exc, exc_info=exc is not None)
     except Exception:  # logging itself must not raise into the caller
@@ -29,6 +31,13 @@ def fault_counts() -> dict[str, int]:
     """A snapshot of fault counts by stage."""
     with _lock:
         return dict(_counts)
+
+
+def reinit_after_fork() -> None:
+    """In a forked child: a fresh lock (another thread of the parent may have held the old one
+    at the fork, and no thread of the child would ever release it). Counts carry over."""
+    global _lock
+    _lock = threading.Lock()
 
 
 def reset_faults() -> None:

@@ -218,13 +218,32 @@ class GpuTrack:
 
     @property
     def method(self) -> str:
+        """How this GPU's energy is measured now (see docs/meter.md, "Methods"):
+
+        ``counter_edge_corrected`` (quantised counter, edges corrected), ``counter`` (a counter
+        that needs no correction), ``counter_uncalibrated`` (quantised counter before its first
+        calibration: calls shorter than one update can read 0 J), ``power_integration`` (no
+        counter: instant power integrated), ``averaged_power_integration`` (no counter and no
+        instant power: the driver's ~1 s average integrated, coarse on short calls),
+        ``unknown`` (not read yet)."""
         if self.has_counter is False:
+            if self._averaged_power_only():
+                return "averaged_power_integration"
             return "power_integration"
         if self.has_counter and not self.backend.counter_quantised:
             return "counter"
         if self.has_counter:
-            return "counter_edge_corrected" if self.phase.calibrated else "counter"
+            return "counter_edge_corrected" if self.phase.calibrated else "counter_uncalibrated"
         return "unknown"
+
+    def _averaged_power_only(self) -> bool:
+        power_method = getattr(self.backend, "power_method", None)
+        if power_method is None:
+            return False
+        try:
+            return power_method(self.index) == "power_usage"
+        except Exception:
+            return False
 
     def read(self) -> Reading:
         """Read the device now and update the estimate. Raises BackendError subclasses."""
@@ -505,6 +524,14 @@ class GpuTrack:
         if isinstance(exc, NotSupportedError):
             stage = "meter.not_supported"
         record_fault(stage, exc)
+
+    def rearm_in_child(self) -> None:
+        """In a forked child: a fresh lock, and no open calls (they belong to parent threads
+        that do not exist here; left open they would take a share of every child call)."""
+        self.lock = threading.RLock()
+        self._open.clear()
+        self._event_energy_j = None
+        self._notify_active()
 
     def _notify_active(self) -> None:
         set_active = getattr(self.backend, "set_active", None)

@@ -482,6 +482,10 @@ class SimulatedBackend:
             "(prefill and model size not modelled)"
         )
 
+    def rearm_in_child(self) -> None:
+        """In a forked child: a fresh lock (a parent thread may have held it at the fork)."""
+        self._lock = threading.Lock()
+
     def set_active(self, index: int, active: int) -> None:
         """``active`` generate calls are now open on device ``index`` (power changes now)."""
         with self._lock:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +33,7 @@ from ecoguard.energy.attribution import GpuTrack, Reading
 from ecoguard.energy.backends import DeviceInfo, PowerBackend, choose_backend
 from ecoguard.energy.sampler import Sampler
 from ecoguard.faults import fault_counts, record_fault
+from ecoguard.faults import reinit_after_fork as reinit_faults_after_fork
 
 _log = logging.getLogger("ecoguard.energy")
 
@@ -120,6 +123,8 @@ class CallWindow:
     start_wall: float
     closed: bool = False
     started_on: tuple[int, ...] = field(default_factory=tuple)
+    # Each GPU's method when the call opened (a coarse start edge taints the whole call).
+    start_methods: tuple[str, ...] = field(default_factory=tuple)
     # False when a GPU could not be read at the call's start: its energy is then a lower bound.
     complete: bool = True
 
@@ -128,6 +133,23 @@ class CallWindow:
 _collectors: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
     "ecoguard_measure_collectors", default=()
 )
+
+# Methods whose figure for a short call is coarse: a call that opened under one keeps its name
+# even if the GPU's method improved (a calibration finished) before the call ended.
+COARSE_METHODS = frozenset({"counter_uncalibrated", "averaged_power_integration", "unknown"})
+
+
+def _call_method(start: str | None, end: str) -> str:
+    return start if start in COARSE_METHODS else end
+
+
+def _measure_label() -> str | None:
+    """The label of the innermost ``ecoguard.measure("label")`` block around this call."""
+    for collector in reversed(_collectors.get()):
+        label = getattr(collector, "label", None)
+        if label:
+            return str(label)
+    return None
 
 
 class _Pricing:
@@ -214,9 +236,35 @@ class Meter:
         if not self._started:
             self._started = True
             self.sampler.start()
+            _live_meters.add(self)
+            _register_fork_hooks()
         return self
 
+    def _quiesce_for_fork(self) -> list[Any]:
+        """Before a fork: wait (briefly) until no thread of ours is inside the backend, so the
+        child inherits no lock taken mid-read. Returns the locks taken (released after)."""
+        taken: list[Any] = []
+        if self.sampler.pass_lock.acquire(timeout=_FORK_QUIESCE_S):
+            taken.append(self.sampler.pass_lock)
+        for track in self.tracks:
+            if track.lock.acquire(timeout=_FORK_QUIESCE_S):
+                taken.append(track.lock)
+        return taken
+
+    def rearm_in_child(self) -> None:
+        """In a forked child: fresh locks, no calls left open by parent threads, and the sampler
+        thread again (without the first calibration: the parent's phase model holds)."""
+        rearm_backend = getattr(self.backend, "rearm_in_child", None)
+        if rearm_backend is not None:
+            rearm_backend()
+        for track in self.tracks:
+            track.rearm_in_child()
+        self._reference_lock = threading.Lock()
+        self.records_published = 0
+        self.sampler.rearm_in_child()
+
     def stop(self) -> None:
+        _live_meters.discard(self)
         self.sampler.stop()
         try:
             self.backend.close()
@@ -240,15 +288,18 @@ class Meter:
             start_wall=self._wall_clock(),
         )
         started: list[int] = []
+        methods: list[str] = []
         first: Reading | None = None
         for index in chosen:
             reading = self.tracks[index].open(window.key)
             started.append(index)
+            methods.append(self.tracks[index].method)
             if reading is None:
                 window.complete = False
             elif first is None:
                 first = reading
         window.started_on = tuple(started)
+        window.start_methods = tuple(methods)
         if first is not None:
             window.start_monotonic = first.t
         return window
@@ -319,7 +370,8 @@ class Meter:
         info = window.info
         tracks = [self.tracks[i] for i in window.started_on]
         idle = [t.idle_w for t in tracks]
-        methods = sorted({t.method for t in tracks})
+        starts = dict(zip(window.started_on, window.start_methods, strict=False))
+        methods = sorted({_call_method(starts.get(t.index), t.method) for t in tracks})
         tokens = max(0, int(tokens))
         reference, reference_tier = self._reference(info, tracks)
         return GenerationRecord(
@@ -342,7 +394,7 @@ class Meter:
             joules_per_token=energy_j / tokens if tokens else None,
             reference_j_per_token=reference,
             reference_tier=reference_tier,
-            label=info.label,
+            label=info.label if info.label is not None else _measure_label(),
             gpu_uuids=tuple(t.info.uuid for t in tracks),
             method="+".join(methods),
             idle_power_w=sum(i for i in idle if i is not None)
@@ -469,6 +521,57 @@ def _profile_key(gpu_name: str) -> str | None:
 _meter: Meter | None = None
 _meter_lock = threading.Lock()
 _started_ledger = False
+
+# ----------------------------------------------------------------- fork
+# A forked child has none of the parent's threads. Every started meter is re-armed in the child
+# by a hook registered when the first one starts (never at import).
+_FORK_QUIESCE_S = 2.0
+_live_meters: weakref.WeakSet[Meter] = weakref.WeakSet()
+_fork_hooks_registered = False
+_fork_held: list[Any] = []
+
+
+def _register_fork_hooks() -> None:
+    global _fork_hooks_registered
+    if _fork_hooks_registered or not hasattr(os, "register_at_fork"):
+        return
+    _fork_hooks_registered = True
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
+
+
+def _before_fork() -> None:
+    for meter in list(_live_meters):
+        try:
+            _fork_held.extend(meter._quiesce_for_fork())
+        except Exception as exc:
+            record_fault("meter.fork", exc)
+
+
+def _after_fork_in_parent() -> None:
+    while _fork_held:
+        _fork_held.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    global _meter_lock
+    _fork_held.clear()
+    _meter_lock = threading.Lock()
+    reinit_faults_after_fork()
+    for meter in list(_live_meters):
+        try:
+            meter.rearm_in_child()
+        except Exception as exc:
+            record_fault("meter.fork", exc)
+            _log.error(
+                "ecoguard: the meter could not restart its sampler in forked process %d (%r); "
+                "calls are still measured at their edges",
+                os.getpid(),
+                exc,
+            )
 
 
 def start_meter(

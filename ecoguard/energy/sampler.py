@@ -45,6 +45,9 @@ class Sampler:
         self._calibrate = calibrate
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        # Held while the thread talks to the backend (a sample pass, one GPU's calibration): a
+        # fork waits for it, so the child never inherits a driver lock taken mid-call.
+        self.pass_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.ready = threading.Event()  # set once the first calibration pass is done
         self.samples = 0
@@ -65,7 +68,9 @@ class Sampler:
         wall = time.monotonic() - self._wall_at_ready
         return self.cpu_s / wall if wall > 0 else None
 
-    def start(self) -> None:
+    def start(self, *, calibrate_first: bool = True) -> None:
+        """Start the thread; ``calibrate_first=False`` skips the first calibration pass (a
+        forked child inherits its parent's phase model, and the periodic checks go on)."""
         with self._lock:
             if self._thread is not None:
                 return
@@ -73,9 +78,30 @@ class Sampler:
             # its own event set and ends, instead of running on beside the new one.
             self._stop = threading.Event()
             self._thread = threading.Thread(
-                target=self._run, args=(self._stop,), name=THREAD_NAME, daemon=True
+                target=self._run,
+                args=(self._stop, calibrate_first),
+                name=THREAD_NAME,
+                daemon=True,
             )
             self._thread.start()
+
+    def rearm_in_child(self) -> None:
+        """In a forked child: fresh locks and events, and the thread again if it was running.
+
+        The parent's thread does not exist here and its locks may have been held at the fork."""
+        was_running = self._thread is not None
+        self._lock = threading.Lock()
+        self.pass_lock = threading.Lock()
+        self._thread = None
+        self._stop = threading.Event()
+        ready, self.ready = self.ready.is_set(), threading.Event()
+        if ready:
+            self.ready.set()
+        self._recent.clear()
+        self._wall_at_ready = None
+        self.cpu_s = self.sample_cpu_s = 0.0
+        if was_running:
+            self.start(calibrate_first=False)
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop the thread and wait up to ``timeout`` s for it. Safe to call any number of times."""
@@ -91,16 +117,17 @@ class Sampler:
         thread = self._thread
         return thread is not None and thread.is_alive()
 
-    def _run(self, stop: threading.Event) -> None:
+    def _run(self, stop: threading.Event, calibrate_first: bool = True) -> None:
         try:
-            if self._calibrate:
+            if self._calibrate and calibrate_first:
                 self.calibrate_all()
             self.ready.set()
             self._cpu_at_ready = time.thread_time()
             self._wall_at_ready = time.monotonic()
             while not stop.wait(self.interval_s):
                 before = time.thread_time()
-                self.sample_once()
+                with self.pass_lock:
+                    self.sample_once()
                 self.sample_cpu_s += time.thread_time() - before
                 if self._calibrate:
                     self._maybe_recalibrate()
@@ -116,14 +143,15 @@ class Sampler:
         for track in self.tracks:
             if self._stop.is_set():
                 return
-            try:
-                track.read()  # establishes whether the GPU has a counter at all
-            except Exception as exc:
-                track.mark_failed(exc)
-                self.faults += 1
-                continue
-            if track.has_counter:
-                self._calibrate_track(track)
+            with self.pass_lock:
+                try:
+                    track.read()  # establishes whether the GPU has a counter at all
+                except Exception as exc:
+                    track.mark_failed(exc)
+                    self.faults += 1
+                    continue
+                if track.has_counter:
+                    self._calibrate_track(track)
 
     def _maybe_recalibrate(self) -> None:
         now = self._clock()
@@ -133,7 +161,8 @@ class Sampler:
             if now < self._calibration_retry_at.get(track.index, 0.0):
                 continue
             if track.needs_calibration or now >= track.phase.next_calibration_due():
-                self._calibrate_track(track)
+                with self.pass_lock:
+                    self._calibrate_track(track)
 
     def _calibrate_track(self, track: GpuTrack) -> None:
         try:

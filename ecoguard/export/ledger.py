@@ -10,8 +10,22 @@ The schema is versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` lists t
 a database from each version to the next, applied in order when the ledger opens it. A database
 from a newer ecoguard is opened read-only for reports and never written.
 
-When the path cannot be written (read-only directory, full disk) the ledger warns once, clearly,
-and keeps the records in a bounded in-memory buffer instead; measurements and metrics go on.
+The ledger only writes to a database that is its own. ``PRAGMA application_id`` marks the file
+as ecoguard's; an unmarked file is adopted only when it is empty or holds nothing but ecoguard's
+tables (a ledger from before the marker). Anything else, an application's database or a file that
+is not SQLite at all, is refused before a single byte of it changes (no table, no
+``user_version``, no WAL switch). ``PRAGMA quick_check`` runs when the ledger opens the file.
+
+When the path cannot be written (read-only directory, full disk, another application's file, a
+damaged database) the ledger warns once, clearly, and keeps the records in a bounded in-memory
+buffer instead; measurements and metrics go on. Every record that buffer (or the queue) cannot
+hold is counted (``stats()["dropped"]``, the ``ledger.dropped_*`` fault stages) and the first loss
+is warned about once.
+
+A forked child (``os.fork``, multiprocessing's ``fork`` start method, gunicorn ``--preload``)
+inherits no writer thread and must not touch the parent's SQLite connection: a fork hook,
+registered when a ledger first starts, gives the child a fresh queue, a fresh writer thread and its
+own connection, so the child's records land in the same file (see :func:`_after_fork_in_child`).
 """
 
 from __future__ import annotations
@@ -19,11 +33,13 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
 import queue
 import sqlite3
 import threading
 import time
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,11 +47,19 @@ from typing import Any
 
 from ecoguard import events
 from ecoguard.faults import record_fault
+from ecoguard.faults import reinit_after_fork as reinit_faults_after_fork
 
 _log = logging.getLogger("ecoguard.ledger")
 
 SCHEMA_VERSION = 1
 THREAD_NAME = "ecoguard-ledger"
+# PRAGMA application_id of an ecoguard ledger: SQLite's own file-format marker ("ECOG").
+APPLICATION_ID = 0x45434F47
+# The schema objects of every ledger version (a ledger from before the marker holds only these).
+_OWN_OBJECTS = frozenset({"generations", "generations_timestamp", "meta"})
+# How long a fork waits for the writer to finish the batch in hand, so the child never inherits
+# SQLite (or its own) locks held mid-write by a thread that does not exist in the child.
+_FORK_QUIESCE_S = 2.0
 
 # Columns of the ``generations`` table, in GenerationRecord field names.
 COLUMNS: tuple[str, ...] = (
@@ -100,18 +124,91 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         )""",
         "CREATE INDEX IF NOT EXISTS generations_timestamp ON generations (timestamp)",
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
+        f"PRAGMA application_id = {APPLICATION_ID}",
     ),
 }
 
 
 class LedgerWarning(UserWarning):
-    """The ledger cannot write its database; records stay in memory."""
+    """The ledger cannot write its database (records stay in memory), or records were lost."""
+
+
+class LedgerRefusedError(sqlite3.DatabaseError):
+    """The file is not an ecoguard ledger (another application's database, or not SQLite).
+
+    It is refused before anything in it changes."""
+
+
+class LedgerCorruptError(sqlite3.DatabaseError):
+    """``PRAGMA quick_check`` found damage in the ledger file."""
+
+
+def check_ownership(conn: sqlite3.Connection, path: str | Path) -> bool:
+    """Raise :class:`LedgerRefusedError` unless the database at ``conn`` is empty or ecoguard's.
+
+    Only reads. Returns True when the file already carries ecoguard's ``application_id``."""
+    try:
+        application_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        names = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE substr(name, 1, 7) != 'sqlite_'"
+            )
+        }
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise LedgerRefusedError(
+                f"{path} is not a SQLite database ({exc}); it was left untouched"
+            ) from exc
+        raise
+    if application_id == APPLICATION_ID:
+        return True
+    where = f"{path} is not an ecoguard ledger"
+    if application_id != 0:
+        raise LedgerRefusedError(
+            f"{where}: its application_id is {application_id:#x} (ecoguard's is "
+            f"{APPLICATION_ID:#x}); it was left untouched"
+        )
+    foreign = sorted(names - _OWN_OBJECTS)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise LedgerRefusedError(
+            f"{where}: it holds another application's tables ({shown}); it was left untouched"
+        )
+    if (names and "generations" not in names) or (not names and 0 < version <= SCHEMA_VERSION):
+        raise LedgerRefusedError(
+            f"{where}: user_version {version} without ecoguard's generations table; "
+            "it was left untouched"
+        )
+    return False
+
+
+def check_integrity(conn: sqlite3.Connection, path: str | Path) -> None:
+    """Raise :class:`LedgerCorruptError` when ``PRAGMA quick_check`` finds damage (~80 ms for
+    200,000 rows: it checks every page's structure, not index contents)."""
+    try:
+        problems = [row[0] for row in conn.execute("PRAGMA quick_check(5)").fetchall()]
+    except sqlite3.DatabaseError as exc:
+        problems = [str(exc)]
+    if problems != ["ok"]:
+        raise LedgerCorruptError(
+            f"{path} is damaged (PRAGMA quick_check: {'; '.join(problems)}); it was left as it "
+            "is: move it aside to keep it, and ecoguard starts a new ledger there"
+        )
 
 
 def connect(
-    path: str | Path, *, readonly: bool = False, timeout_s: float = 5.0
+    path: str | Path,
+    *,
+    readonly: bool = False,
+    timeout_s: float = 5.0,
+    integrity: bool = False,
 ) -> sqlite3.Connection:
-    """A connection to the ledger at ``path`` (WAL mode; migrated to the current schema)."""
+    """A connection to the ledger at ``path`` (WAL mode; migrated to the current schema).
+
+    Raises :class:`LedgerRefusedError` for a file that is not ecoguard's (untouched) and, with
+    ``integrity``, :class:`LedgerCorruptError` for a damaged one."""
     path = Path(path)
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s)
@@ -122,18 +219,31 @@ def connect(
             # file. Nobody can be writing there, so read it as immutable (no locks, no -shm).
             conn.close()
             conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, timeout=timeout_s)
+        except sqlite3.DatabaseError:
+            pass  # not a database at all: check_ownership says so clearly
+        try:
+            check_ownership(conn, path)
+        except BaseException:
+            conn.close()
+            raise
         return conn
     path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
     while True:
         conn = sqlite3.connect(str(path), timeout=timeout_s, check_same_thread=False)
         try:
+            # Before anything is written: whose file is this, and is it whole?
+            marked = check_ownership(conn, path)
+            if integrity:
+                check_integrity(conn, path)
             # Switching to WAL takes an exclusive lock and can answer "locked" without waiting
             # when another process opens the same new file at once: retry until the deadline.
             if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable to the last commit
             migrate(conn)
+            if not marked and int(conn.execute("PRAGMA application_id").fetchone()[0]) == 0:
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a pre-marker ledger
             return conn
         except sqlite3.OperationalError as exc:
             conn.close()
@@ -220,18 +330,33 @@ class Ledger:
         self._batch_size = batch_size
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
+        # Held by the writer while it is inside SQLite (opening, writing a batch): a fork waits
+        # for it, so the child never inherits a lock taken mid-write (see _before_fork).
+        self._io_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._conn: sqlite3.Connection | None = None
         self._unsubscribe: Any = None
+        self.pid = os.getpid()
+        self.forked_from: int | None = None  # the parent's pid when re-armed after a fork
+        self.degraded: str | None = None  # why the ledger is in memory only; None when healthy
+        self.memory: deque[Any] = deque(maxlen=memory_size)
+        self._reset_counts()
+
+    def _reset_counts(self) -> None:
         self.accepted = 0
         self.written = 0
-        self.dropped = 0
+        self.dropped_queue_full = 0  # submit() found the queue full
+        self.memory_dropped = 0  # the in-memory fallback was full: its oldest record went
         self._in_memory_count = 0
         self.failed_batches = 0
         self.rejected = 0  # malformed records the database refused (kept in memory, counted)
-        self.degraded: str | None = None  # why the ledger is in memory only; None when healthy
-        self.memory: deque[Any] = deque(maxlen=memory_size)
+        self._loss_warned = False
+
+    @property
+    def dropped(self) -> int:
+        """Records lost for good: the queue was full, or the in-memory fallback overflowed."""
+        return self.dropped_queue_full + self.memory_dropped
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -239,19 +364,28 @@ class Ledger:
         """Open the database (on this thread, so errors show at once) and start the writer."""
         if self._thread is not None:
             return self
-        try:
-            self._conn = connect(self.path)
-        except Exception as exc:
-            self._degrade(f"cannot open {self.path}: {exc}")
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-        self._thread.start()
+        if self.degraded is None:
+            try:
+                self._conn = connect(self.path, integrity=True)
+            except Exception as exc:
+                self._degrade(f"cannot open {self.path}: {exc}")
+        self._start_writer(open_first=False)
         if subscribe:
             self._unsubscribe = events.records.subscribe(self.submit)
+        _live_ledgers.add(self)
+        _register_process_hooks()
         return self
+
+    def _start_writer(self, *, open_first: bool) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(open_first,), name=THREAD_NAME, daemon=True
+        )
+        self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Write what is queued, stop the writer, close the database. Idempotent."""
+        _live_ledgers.discard(self)
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -273,6 +407,42 @@ class Ledger:
             except Exception as exc:
                 record_fault("ledger.close", exc)
 
+    @property
+    def running(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    # ----------------------------------------------------------------- fork
+
+    def _quiesce_for_fork(self) -> bool:
+        """Before a fork: wait (briefly) for the writer to leave SQLite. True when it did."""
+        return self._io_lock.acquire(timeout=_FORK_QUIESCE_S)
+
+    def _rearm_in_child(self, parent_pid: int) -> None:
+        """In a forked child: everything the fork broke, rebuilt for this process.
+
+        The child has no writer thread, its locks may have been taken by parent threads that
+        do not exist here, and the queue holds the parent's records (the parent writes those).
+        The parent's SQLite connection must be neither used nor closed here (SQLite's "How To
+        Corrupt": closing it can delete the parent's WAL content), so it is abandoned and the
+        writer opens the child's own connection. Counts start at zero: they describe this process.
+        """
+        inherited, self._conn = self._conn, None
+        if inherited is not None:
+            _abandon_inherited_connection(inherited)
+        was_running = self._thread is not None
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._io_lock = threading.Lock()
+        self._queue = queue.Queue(maxsize=self._queue.maxsize)
+        self.memory = deque(maxlen=self.memory.maxlen)
+        self._reset_counts()
+        self.forked_from, self.pid = parent_pid, os.getpid()
+        self._thread = None
+        if was_running:
+            # Opened on the writer thread: a fork hook must not wait on another process' lock.
+            self._start_writer(open_first=self.degraded is None)
+
     # ----------------------------------------------------------------- writing
 
     def submit(self, record: Any) -> bool:
@@ -281,24 +451,40 @@ class Ledger:
             self._queue.put_nowait(record)
         except queue.Full:
             with self._lock:
-                self.dropped += 1
+                self.dropped_queue_full += 1
+                first = not self._loss_warned
+                self._loss_warned = True
+            record_fault("ledger.dropped_queue_full")
+            if first:
+                self._warn_loss(
+                    f"the write queue is full ({self._queue.maxsize} records waiting): new records "
+                    "are dropped until the writer catches up"
+                )
             return False
         with self._lock:
             self.accepted += 1
         return True
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every accepted record is written (or kept in memory). True if done in time."""
+        """Wait until every accepted record is written (or kept in memory). True if done in time.
+
+        False at once when no writer is running (never started, stopped, or lost)."""
         deadline = time.monotonic() + timeout
         with self._done:
             while self.written + self._in_memory_count < self.accepted:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._thread is None:
+                if remaining <= 0 or not self.running:
                     return False
-                self._done.wait(remaining)
+                self._done.wait(min(remaining, 0.5))
         return True
 
-    def _run(self) -> None:
+    def _run(self, open_first: bool = False) -> None:
+        if open_first:
+            with self._io_lock:
+                try:
+                    self._conn = connect(self.path)
+                except Exception as exc:
+                    self._degrade(f"cannot open {self.path}: {exc}")
         while True:
             try:
                 first = self._queue.get(timeout=0.2)
@@ -314,13 +500,11 @@ class Ledger:
                 except queue.Empty:
                     break
             try:
-                self._write(batch)
+                with self._io_lock:
+                    self._write(batch)
             except Exception as exc:  # the writer thread must survive anything a batch does
                 record_fault("ledger.writer", exc)
-                with self._done:
-                    self.memory.extend(batch)
-                    self._in_memory_count += len(batch)
-                    self._done.notify_all()
+                self._keep_in_memory(batch)
 
     def _write(self, batch: list[Any]) -> None:
         unwritten: list[Any] = list(batch)
@@ -340,9 +524,41 @@ class Ledger:
                 self._degrade(f"cannot write {self.path}: {exc}")
         with self._done:
             self.written += len(batch) - len(unwritten)
-            self.memory.extend(unwritten)
-            self._in_memory_count += len(unwritten)
             self._done.notify_all()
+        self._keep_in_memory(unwritten)
+
+    def _keep_in_memory(self, records: list[Any]) -> None:
+        """Hand ``records`` to the bounded in-memory fallback, counting what it pushes out."""
+        if not records:
+            return
+        with self._done:
+            limit = self.memory.maxlen
+            overflow = 0 if limit is None else max(0, len(self.memory) + len(records) - limit)
+            self.memory.extend(records)
+            self._in_memory_count += len(records)
+            self.memory_dropped += overflow
+            first = overflow > 0 and not self._loss_warned
+            self._loss_warned = self._loss_warned or overflow > 0
+            self._done.notify_all()
+        if overflow:
+            record_fault("ledger.dropped_memory_full", count=overflow)
+        if first:
+            self._warn_loss(
+                f"the in-memory fallback is full ({limit} records): the oldest records are "
+                "dropped as new ones arrive"
+            )
+
+    def _warn_loss(self, what: str) -> None:
+        """Warn, once per ledger, that records are being lost (they are counted either way)."""
+        message = (
+            f"ecoguard ledger {self.path} is losing records: {what}. Every lost record is "
+            "counted (ledger stats()['dropped'], fault stages ledger.dropped_*)."
+        )
+        try:
+            _log.warning(message)
+            warnings.warn(message, LedgerWarning, stacklevel=3)
+        except Exception as exc:  # a warnings filter set to "error" must not reach the caller
+            record_fault("ledger.warn", exc)
 
     def _write_each(self, batch: list[Any]) -> list[Any]:
         """Insert one record at a time; returns the records that could not be written."""
@@ -368,7 +584,7 @@ class Ledger:
         return unwritten
 
     def _degrade(self, reason: str) -> None:
-        """Switch to memory only, warning once (read-only or full disk, locked, corrupt)."""
+        """Switch to memory only, warning once (read-only or full disk, locked, corrupt, refused)."""
         if self.degraded is not None:
             return
         self.degraded = reason
@@ -378,6 +594,7 @@ class Ledger:
             except Exception:
                 pass
             self._conn = None
+        record_fault("ledger.degraded")
         message = (
             f"ecoguard ledger disabled: {reason}. Measurements continue in memory and in metrics; "
             "set ECOGUARD_LEDGER to a writable path (or 'off') to choose where they go."
@@ -388,14 +605,34 @@ class Ledger:
         except Exception as exc:  # a warnings filter set to "error" must not kill the writer
             record_fault("ledger.warn", exc)
 
+    def health(self) -> tuple[str, str | None]:
+        """(status, reason): ``ok``; ``degraded`` (records go to memory only); ``losing``
+        (records were dropped); ``stopped`` (no writer running)."""
+        if self.degraded is not None:
+            return "degraded", self.degraded
+        if self.dropped:
+            return "losing", f"{self.dropped} records dropped"
+        if not self.running:
+            return "stopped", "no writer thread is running in this process"
+        return "ok", None
+
     def stats(self) -> dict[str, Any]:
+        status, reason = self.health()
         with self._lock:
             return {
                 "path": str(self.path),
+                "pid": self.pid,
+                "forked_from": self.forked_from,
+                "status": status,
+                "healthy": status == "ok",
+                "reason": reason,
                 "accepted": self.accepted,
                 "written": self.written,
                 "dropped": self.dropped,
+                "dropped_queue_full": self.dropped_queue_full,
+                "dropped_memory_full": self.memory_dropped,
                 "in_memory": self._in_memory_count,
+                "memory_held": len(self.memory),
                 "queued": self._queue.qsize(),
                 "failed_batches": self.failed_batches,
                 "rejected": self.rejected,
@@ -448,6 +685,96 @@ def write_records(path: str | Path, records: Iterable[Any]) -> int:
 _ledger: Ledger | None = None
 _ledger_lock = threading.Lock()
 _atexit_registered = False
+
+# Every started ledger of this process (the process-wide one and any started directly).
+_live_ledgers: weakref.WeakSet[Ledger] = weakref.WeakSet()
+_hooks_lock = threading.Lock()
+_hooks_registered = False
+_quiesced: list[Ledger] = []
+# Connections inherited across a fork: kept alive (and never closed) for the child's lifetime.
+_inherited_connections: list[sqlite3.Connection] = []
+
+
+def _register_process_hooks() -> None:
+    """Once per process, when a ledger first starts (never at import): the fork hooks, and a
+    flush at exit that also runs in multiprocessing children (they leave through ``os._exit``,
+    after ``threading._shutdown`` but without ``atexit``)."""
+    global _hooks_registered
+    with _hooks_lock:
+        if _hooks_registered:
+            return
+        _hooks_registered = True
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(
+                before=_before_fork,
+                after_in_parent=_after_fork_in_parent,
+                after_in_child=_after_fork_in_child,
+            )
+        register = getattr(threading, "_register_atexit", None)
+        try:
+            if register is not None:
+                register(_flush_at_exit)
+            else:
+                atexit.register(_flush_at_exit)
+        except RuntimeError:  # the interpreter is already shutting down
+            pass
+
+
+def _before_fork() -> None:
+    for ledger in list(_live_ledgers):
+        try:
+            if ledger._quiesce_for_fork():
+                _quiesced.append(ledger)
+        except Exception as exc:
+            record_fault("ledger.fork", exc)
+
+
+def _after_fork_in_parent() -> None:
+    while _quiesced:
+        _quiesced.pop()._io_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    """Re-arm every ledger this process inherited; say loudly if one cannot be."""
+    global _ledger_lock, _hooks_lock
+    _quiesced.clear()
+    _ledger_lock = threading.Lock()
+    _hooks_lock = threading.Lock()
+    reinit_faults_after_fork()
+    parent_pid = os.getppid()
+    for ledger in list(_live_ledgers):
+        try:
+            ledger._rearm_in_child(parent_pid)
+        except Exception as exc:
+            record_fault("ledger.fork", exc)
+            message = (
+                f"ecoguard ledger: this forked process (pid {os.getpid()}) could not restart its "
+                f"writer for {ledger.path} ({exc!r}); its records will not reach the ledger"
+            )
+            try:
+                _log.error(message)
+                warnings.warn(message, LedgerWarning, stacklevel=2)
+            except Exception:
+                pass
+
+
+def _abandon_inherited_connection(conn: sqlite3.Connection) -> None:
+    """Keep a connection inherited across a fork open for good, so that nothing in the child,
+    not even the interpreter's final garbage collection, ever calls sqlite3_close on it."""
+    _inherited_connections.append(conn)
+    try:
+        import ctypes
+
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))  # one reference nobody drops
+    except Exception as exc:  # no ctypes: the list above still holds it until finalization
+        record_fault("ledger.fork", exc)
+
+
+def _flush_at_exit() -> None:
+    """Write what is queued before the process ends (the writer is a daemon thread)."""
+    for ledger in list(_live_ledgers):
+        if ledger.running and not ledger.flush(5.0):
+            record_fault("ledger.exit_flush")
 
 
 def start_ledger(settings: Any) -> Ledger | None:

@@ -4,14 +4,22 @@
 through the patch table, starts the meter when ``measure`` is on and the metrics server when a
 port is set. ``uninstall`` reverses exactly what ``install`` did: it restores the original
 attributes and stops only the meter and server it started itself.
+
+A fork (``os.fork``, multiprocessing's ``fork`` start method, gunicorn ``--preload``) copies the
+patches and settings into the child but none of the threads: the meter and the ledger re-arm
+themselves there (their own fork hooks). The metrics server stays the parent's: the child never
+serves nor stops it, and when the child records something that no metrics endpoint will show, it
+says so once (see :func:`_after_fork_in_child`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
 
+from ecoguard import events
 from ecoguard.config import Settings
 from ecoguard.errors import UsageError
 from ecoguard.faults import record_fault
@@ -19,9 +27,52 @@ from ecoguard.guard import patches
 from ecoguard.guard.policy import Policy
 from ecoguard.guard.wrappers import RUNTIME
 
+_log = logging.getLogger("ecoguard")
+
 _lock = threading.RLock()
 _started_meter = False
 _started_metrics = False
+_fork_hook_registered = False
+
+
+def _register_fork_hook() -> None:
+    """Once per process, from install() (never at import)."""
+    global _fork_hook_registered
+    if _fork_hook_registered or not hasattr(os, "register_at_fork"):
+        return
+    _fork_hook_registered = True
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _after_fork_in_child() -> None:
+    """The child of an installed process: a fresh lock, and the parent's metrics server left
+    alone (its thread is not here; stopping it would wait forever for that thread)."""
+    global _lock, _started_metrics
+    _lock = threading.RLock()
+    if not _started_metrics:
+        return
+    _started_metrics = False
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return  # the worker sink writes this process' counters for the sidecar
+    settings = RUNTIME.settings
+    port = getattr(settings, "metrics_port", None)
+    pid = os.getpid()
+    unsubscribe: list[Any] = []
+
+    def warn_once(record: Any) -> None:
+        if not unsubscribe:
+            return
+        unsubscribe.pop()()
+        _log.warning(
+            "ecoguard: process %d was forked from one serving metrics on port %s; its records "
+            "reach the ledger but not /metrics. For multi-process servers set "
+            "PROMETHEUS_MULTIPROC_DIR before the workers start and run `ecoguard exporter` "
+            "(docs/metrics.md).",
+            pid,
+            port,
+        )
+
+    unsubscribe.append(events.records.subscribe(warn_once))
 
 
 def _resolve_meter() -> tuple[Any, Any]:
@@ -131,6 +182,7 @@ def install(
 
             overrides["rules"] = parse_rule_overrides(overrides["rules"])
         settings = settings.with_(**overrides)
+    _register_fork_hook()
     with _lock:
         if RUNTIME.settings != settings or not RUNTIME.active:
             RUNTIME.policy = Policy(settings)

@@ -183,3 +183,44 @@ def test_records_are_published_and_frozen(nvml_meter):
         record.energy_j = 0.0  # type: ignore[misc]
     assert record.cost_usd == pytest.approx(record.energy_j / 3.6e6 * 1.1 * 0.12)
     assert record.co2_g == pytest.approx(record.energy_j / 3.6e6 * 1.1 * 390.0)
+
+
+def test_averaged_power_only_is_labelled_in_the_record(fake_nvml):
+    """No counter and no instant-power field: only the driver's ~1 s averaged power is left.
+    Such records say so (coarse on short calls), instead of passing for power_integration."""
+    from ecoguard.config import Settings
+    from ecoguard.energy import Meter
+    from ecoguard.energy.backends import NvmlBackend
+
+    fake_nvml(gpus=1, counter=False, base_w=(200.0,), amp_w=(0.0,))
+    backend = NvmlBackend.probe()
+    backend._no_instant.add(0)  # as after field 186 answered NOT_SUPPORTED
+    meter = Meter(Settings(ledger_path=None), backend=backend, calibrate=False)
+    try:
+        meter.sampler.sample_once()
+        record = _call(meter, 0.01)
+        assert record.method == "averaged_power_integration"
+        assert meter.gpu_states()[0].method == "averaged_power_integration"
+    finally:
+        meter.stop()
+
+
+def test_quantised_counter_before_calibration_is_labelled_uncalibrated(fake_nvml):
+    """Before the first calibration a 100 ms counter cannot be edge-corrected (a 6 ms call can
+    read 0 J): the record says counter_uncalibrated, also for a call that opened before the
+    calibration and closed after it; calls after it are counter_edge_corrected."""
+    from ecoguard.config import Settings
+    from ecoguard.energy import Meter
+    from ecoguard.energy.backends import NvmlBackend
+
+    fake_nvml(gpus=1)
+    meter = Meter(Settings(ledger_path=None), backend=NvmlBackend.probe(), calibrate=False)
+    try:
+        meter.sampler.sample_once()
+        assert _call(meter, 0.006).method == "counter_uncalibrated"
+        window = meter.begin(devices=(0,), info=INFO)
+        assert meter.tracks[0].calibrate()
+        assert meter.end(window, tokens=1, requests=1).method == "counter_uncalibrated"
+        assert _call(meter, 0.006).method == "counter_edge_corrected"
+    finally:
+        meter.stop()

@@ -244,9 +244,12 @@ def test_write_failure_mid_run_degrades_with_one_warning(tmp_path):
 def test_full_queue_counts_drops_instead_of_blocking(tmp_path):
     ledger = Ledger(tmp_path / "q.sqlite", queue_size=10)  # writer not started: nothing drains
     started = time.perf_counter()
-    results = [ledger.submit(make_record(i)) for i in range(15)]
+    with pytest.warns(LedgerWarning, match="write queue is full") as caught:
+        results = [ledger.submit(make_record(i)) for i in range(15)]
     assert time.perf_counter() - started < 0.5
     assert results.count(True) == 10 and ledger.dropped == 5
+    assert len(caught) == 1  # the first loss is warned about, every one is counted
+    assert ledger.stats()["dropped_queue_full"] == 5 and not ledger.stats()["healthy"]
 
 
 def test_parse_since():
@@ -324,3 +327,34 @@ def test_stop_with_a_backlog_lets_the_writer_finish_and_close(tmp_path, recwarn)
     assert ledger.degraded is None
     assert not [w for w in recwarn if issubclass(w.category, LedgerWarning)]
     assert len(read_rows(path)) == 3000
+
+
+def test_measure_label_fills_the_label_column(tmp_path):
+    """Records that end inside ``ecoguard.measure("label")`` carry the innermost block's label
+    into the ledger; a label the call already has wins; outside any block it stays empty."""
+    from ecoguard.config import Settings
+    from ecoguard.energy import CallInfo, start_meter, stop_meter
+    from ecoguard.energy.measure import measure
+
+    path = tmp_path / "l.sqlite"
+    meter = start_meter(Settings(backend="simulated", ledger_path=path))
+    try:
+
+        def call(label=None):
+            window = meter.begin(devices=None, info=CallInfo(model_name="m", label=label))
+            return meter.end(window, tokens=2, requests=1)
+
+        call()
+        with measure("nightly batch") as block:
+            call()
+            with measure("inner"):
+                call()
+            call(label="explicit")
+        assert ledger_mod.flush(5.0)
+    finally:
+        stop_meter()
+    conn = sqlite3.connect(path)
+    labels = [row[0] for row in conn.execute("SELECT label FROM generations ORDER BY id")]
+    conn.close()
+    assert labels == [None, "nightly batch", "inner", "explicit"]
+    assert [r.label for r in block.records] == ["nightly batch", "inner", "explicit"]
