@@ -102,10 +102,16 @@ class NearestProfile:
         }
 
 
-def nearest_profile(card: CardSpec, profiles: dict[str, object]) -> NearestProfile:
+def nearest_profile(
+    card: CardSpec, profiles: dict[str, object], with_data: set[str] | None = None
+) -> NearestProfile:
     """The closest profile: same architecture if any, else the nearest architecture by release;
     then the smallest log distance in memory bandwidth and board power (decode is
-    bandwidth-bound, and board power scales the joules)."""
+    bandwidth-bound, and board power scales the joules). ``with_data``: profile keys with
+    reference rows; the match is made among those when any exists."""
+    if with_data:
+        kept = {k: p for k, p in profiles.items() if k in with_data}
+        profiles = kept or profiles
     archs = {getattr(p, "architecture", None) for p in profiles.values()}
     arch = card.architecture
     same_arch = arch in archs

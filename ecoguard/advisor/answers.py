@@ -114,7 +114,7 @@ def resolve_gpu_spec(name: str) -> GpuSpec:
 def resolve_gpu_match(name: str) -> tuple[GpuSpec, NearestProfile | None]:
     """The GPU's spec; an NVIDIA card outside the table is answered with the nearest profile
     (and its own VRAM), with the match returned so the answer can say why."""
-    from ecoguard.knowledge import gpu_profiles, resolve_gpu
+    from ecoguard.knowledge import gpu_profiles, reference_rows, resolve_gpu
 
     try:
         profile = resolve_gpu(name)
@@ -122,7 +122,8 @@ def resolve_gpu_match(name: str) -> tuple[GpuSpec, NearestProfile | None]:
         card = card_spec(name)
         if card is None:
             raise
-        match = nearest_profile(card, gpu_profiles())
+        with_data = {row.gpu for row in reference_rows() if row.tier in ("measured", "reported")}
+        match = nearest_profile(card, gpu_profiles(), with_data)
         profile = gpu_profiles()[match.profile_key]
         spec = GpuSpec(
             profile=profile.key,
@@ -492,9 +493,13 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
             concurrency=parsed.concurrency,
             hours_per_day=parsed.hours_per_day,
         )
-        result = _with_batching(result, batching, dep, lang)
+        local = parsed.price_currency not in (None, "USD", "CNY")
+        result = _with_batching(result, batching, dep, lang, usd=not local)
     if gpu_match is not None:
         result = _extrapolated(result)
+    warnings = _warnings(dep, parsed)
+    if warnings and result.mood in (Mood.GREEN,):
+        result = replace(result, mood=Mood.YELLOW)  # it cannot run as asked: not green
     precisions_in_play = tuple(
         dict.fromkeys(
             list(parsed.precisions)
@@ -520,7 +525,7 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
         settings_used=settings_used,
         batching=batching,
         gpu_match=gpu_match,
-        warnings=tuple(_warnings(dep, parsed)),
+        warnings=tuple(warnings),
     )
 
 
@@ -628,7 +633,12 @@ def _volume_default_entry(settings: Settings) -> Default:
 
 
 def _with_batching(
-    result: protocols.AdvisorResult, advice: BatchingAdvice | None, dep: Deployment, lang: str
+    result: protocols.AdvisorResult,
+    advice: BatchingAdvice | None,
+    dep: Deployment,
+    lang: str,
+    *,
+    usd: bool = True,
 ) -> protocols.AdvisorResult:
     """A served deployment (or batch job) left at a batch size its traffic can beat is not
     GREEN: the advisor adds a batch-size-one finding with the batcher as its fix."""
@@ -637,18 +647,24 @@ def _with_batching(
     if any(f.rule == "batch-size-one" for f in result.findings):
         return result
     serving = advice.use != "batch"
+    if advice.concurrency is None:
+        crowd = Text("concurrent requests could share that pass", "并发的请求可以分摊这次读取")
+    else:
+        crowd = Text(
+            f"about {advice.concurrency:,.1f} requests are in flight and could share that pass",
+            f"同时约有 {advice.concurrency:,.1f} 个请求可以分摊这次读取",
+        )
     message = Text(
         (
             f"Serving at batch size {advice.current_batch}: every token streams all the weights "
-            f"for one request, while about {advice.concurrency or advice.target_batch:,.1f} "
-            "requests are in flight and could share that pass."
+            f"for one request, while {crowd.en}."
             if serving
             else f"A batch job at batch size {advice.current_batch}: every token streams all the "
             "weights for one prompt; 32-64 prompts per call share that pass."
         ),
         (
             f"以批大小 {advice.current_batch} 提供服务：每个 token 都为一个请求读一遍全部权重，"
-            f"而同时约有 {advice.concurrency or advice.target_batch:,.1f} 个请求可以分摊这次读取。"
+            f"而{crowd.zh}。"
             if serving
             else f"批处理任务批大小为 {advice.current_batch}：每个 token 都为一个提示词读一遍全部权重；"
             "每次传入 32-64 个提示词可以分摊这次读取。"
@@ -682,7 +698,8 @@ def _with_batching(
                 if advice.energy_now_j_per_1k and advice.energy_target_j_per_1k
                 else None
             ),
-            extra_usd_per_month=advice.saving_usd_per_month,
+            extra_usd_per_month=advice.saving_usd_per_month if usd else None,
+            extra_kwh_per_month=advice.saving_kwh_per_month,
             tier=advice.tier,
         ),
         evidence=advice.rows,

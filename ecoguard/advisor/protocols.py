@@ -919,6 +919,8 @@ def estimate(
             money["saving_usd"] = round(cur["cost_usd"] - opt["cost_usd"], 2)
         if cur["cost_cny"] is not None and opt["cost_cny"] is not None:
             money["saving_cny"] = round(cur["cost_cny"] - opt["cost_cny"], 2)
+        if cur["cost_local"] is not None and opt["cost_local"] is not None:
+            money["saving_local"] = round(cur["cost_local"] - opt["cost_local"], 2)
     if current.get("tier", "none") == "none":
         mood = Mood.GRAY
     elif findings:

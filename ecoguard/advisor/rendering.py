@@ -766,15 +766,18 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
     out = _table(["", cur_label, opt_label], rows, markdown)
     out.append("")
     saving_usd = money.get("saving_usd")
-    if saving_usd is None and rec.get("saving_usd_per_month") is not None:
+    local = _local_price(answer)
+    if saving_usd is None and local is None and rec.get("saving_usd_per_month") is not None:
         saving_usd = rec["saving_usd_per_month"]
+    if local is not None and money.get("saving_local") is not None:
+        saving_usd = money["saving_local"]  # in the question's currency; sign rules as below
     if saving_usd is not None:
         pct = rec.get("saving_pct")
         cny = money.get("saving_cny")
         amount = (
             f"¥{cny:,.2f} (${saving_usd:,.2f})"
             if currency == "CNY" and cny is not None
-            else f"${saving_usd:,.2f}"
+            else (f"{local[1]}{saving_usd:,.2f}" if local is not None else f"${saving_usd:,.2f}")
         )
         if pct is not None and abs(pct) < 0.05:
             out.append(
@@ -811,11 +814,23 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
     return out
 
 
+def _local_price(answer: Answer) -> tuple[float, str] | None:
+    """(price per kWh, symbol) when the question priced electricity in a currency that is not
+    converted to USD (no exchange rate): money is then shown in that currency only."""
+    price, currency = (
+        answer.settings_used.get("price_per_kwh"),
+        answer.settings_used.get("price_currency"),
+    )
+    if price is None or currency in (None, "USD", "CNY"):
+        return None
+    return float(price), SYMBOLS.get(str(currency), f"{currency} ")
+
+
 def _batching(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     advice = answer.batching
     if advice is None:
         return []
-    lines = advice.lines(answer.language)
+    lines = advice.lines(answer.language, _local_price(answer))
     if not lines:
         return []
     return [_h(L["batching"], markdown, L), *(f"- {line}" for line in lines), ""]

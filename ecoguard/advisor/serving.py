@@ -48,6 +48,7 @@ class BatchingAdvice:
     energy_target_range: list[float] | None
     saving_pct: float | None
     saving_usd_per_month: float | None
+    saving_kwh_per_month: float | None
     tier: str
     fix: str
     conditional: bool  # chat without a stated crowd: the advice applies if users overlap
@@ -77,14 +78,16 @@ class BatchingAdvice:
             "energy_target_range": self.energy_target_range,
             "saving_pct": self.saving_pct,
             "saving_usd_per_month": self.saving_usd_per_month,
+            "saving_kwh_per_month": _round(self.saving_kwh_per_month, 3),
             "tier": self.tier,
             "fix": self.fix,
             "conditional": self.conditional,
             "worth_it": self.worth_it,
         }
 
-    def lines(self, language: str) -> list[str]:
-        """The advice as sentences in the answer's language."""
+    def lines(self, language: str, local_price: tuple[float, str] | None = None) -> list[str]:
+        """The advice as sentences in the answer's language. ``local_price``: (price per kWh,
+        currency symbol) when the question priced electricity in a currency other than USD."""
         zh = language == "zh"
         out: list[str] = []
         if self.gpu_days_per_month is not None and self.current_batch == 1:
@@ -129,15 +132,12 @@ class BatchingAdvice:
                 )
             return out
         saving = "-" if self.saving_pct is None else f"{self.saving_pct:.0f}%"
-        usd = (
-            ""
-            if self.saving_usd_per_month is None
-            else (
-                f"，每月约 ${self.saving_usd_per_month:,.2f}"
-                if zh
-                else f", about ${self.saving_usd_per_month:,.2f}/month"
-            )
-        )
+        amount: str | None = None
+        if local_price is not None and self.saving_kwh_per_month is not None:
+            amount = f"{local_price[1]}{self.saving_kwh_per_month * local_price[0]:,.2f}"
+        elif local_price is None and self.saving_usd_per_month is not None:
+            amount = f"${self.saving_usd_per_month:,.2f}"
+        usd = "" if amount is None else (f"，每月约 {amount}" if zh else f", about {amount}/month")
         now = _range_text(self.energy_now_j_per_1k, self.energy_now_range)
         target = _range_text(self.energy_target_j_per_1k, self.energy_target_range)
         if self.use == "batch":
@@ -151,6 +151,13 @@ class BatchingAdvice:
                 f"合并并发请求：`{self.fix}`"
                 if zh
                 else f"Coalesce concurrent requests: `{self.fix}`"
+            )
+        if self.concurrency is None and self.use != "batch" and not self.conditional:
+            out.append(
+                f"同时在处理的请求数未知（该配置没有延迟数据）；下面的节省假定有 {self.target_batch} 个请求同时在处理。"
+                if zh
+                else "How many requests overlap is not known (no latency figure for this "
+                f"configuration); the saving below assumes {self.target_batch} in flight."
             )
         if_clause = ""
         if self.conditional:
@@ -270,7 +277,7 @@ def batching_advice(
     if target == current_batch:
         return BatchingAdvice(
             use, serving, current_batch, target, in_flight, basis, per_request, gpu_days,
-            energy_now, now.get("energy_per_1k_tokens_j_range"), None, None, None, None,
+            energy_now, now.get("energy_per_1k_tokens_j_range"), None, None, None, None, None,
             now.get("tier", "none"), fix, conditional, tuple(now.get("rows") or ()),
         )  # fmt: skip
     after = estimate_dict(
@@ -287,6 +294,13 @@ def batching_advice(
     saving_usd = (
         round(cost_now - cost_after, 2)
         if isinstance(cost_now, (int, float)) and isinstance(cost_after, (int, float))
+        else None
+    )
+    kwh_now = (now.get("monthly") or {}).get("energy_kwh")
+    kwh_after = (after.get("monthly") or {}).get("energy_kwh")
+    saving_kwh = (
+        kwh_now - kwh_after
+        if isinstance(kwh_now, (int, float)) and isinstance(kwh_after, (int, float))
         else None
     )
     from ecoguard.findings import weakest_tier
@@ -306,6 +320,7 @@ def batching_advice(
         energy_target_range=after.get("energy_per_1k_tokens_j_range"),
         saving_pct=saving,
         saving_usd_per_month=saving_usd,
+        saving_kwh_per_month=saving_kwh,
         tier=weakest_tier((now.get("tier", "none"), after.get("tier", "none"))),
         fix=fix,
         conditional=conditional,

@@ -102,7 +102,7 @@ UNITS: tuple[tuple[str, str], ...] = (
     ),
     (
         r"(?:api\s+)?(?:requests?|reqs?\b|calls?|queries|query|inferences?|generations?|"
-        r"conversations?|messages?|prompts?|questions?|次请求|次调用|个请求|次推理|次对话|条消息|"
+        r"conversations?|messages?|prompts?(?!\s*(?:tokens?|length|len))|questions?|次请求|次调用|个请求|次推理|次对话|条消息|"
         r"条请求|个问题|次)",
         "requests",
     ),

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -134,22 +133,6 @@ def test_no_torch_on_the_advise_path():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
-
-
-def test_subprocess_wall_time_well_under_a_second():
-    exe = Path(sys.executable).with_name("ecoguard")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ecoguard"]
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        proc = subprocess.run(
-            [*cmd, "advise", "What is the greenest config for Qwen2.5-3B on an RTX 5090?"],
-            capture_output=True,
-            text=True,
-        )
-        best = min(best, time.perf_counter() - start)
-        assert proc.returncode == 0, proc.stderr
-    assert best < 1.0
 
 
 def test_chinese_answer_states_everyday_equivalents_in_chinese():
