@@ -26,7 +26,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass, replace
 from typing import Any
 
 from ecoguard.config import Settings
@@ -284,7 +284,7 @@ class StepAttributor:
                 self._pending.tokens += tokens
                 self._pending.requests += finished
                 if busy:
-                    self._window = self.meter.begin(devices=self.devices, info=self.call_info)
+                    self._window = self._begin(running)
             else:
                 tokens += self._pending.tokens
                 finished += self._pending.requests
@@ -298,8 +298,19 @@ class StepAttributor:
                 self.records += record is not None
                 self._window = None
                 if busy:
-                    self._window = self.meter.begin(devices=self.devices, info=self.call_info)
+                    self._window = self._begin(running)
             return record
+
+    def _begin(self, running: int | None) -> Any:
+        """Open a window whose reference J/token is for the batch running now (the batch the
+        next step will most likely run; the record's batch is the one reported at its end)."""
+        info = self.call_info
+        deployment = getattr(info, "deployment", None)
+        if running and is_dataclass(info) and deployment is not None:
+            info = replace(
+                info, batch_size=running, deployment=deployment.with_(batch_size=running)
+            )
+        return self.meter.begin(devices=self.devices, info=info)
 
     def close(self) -> Any:
         """Close the open window (engine shutdown), charging it any tokens still pending."""

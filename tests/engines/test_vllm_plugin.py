@@ -148,10 +148,12 @@ class FakeMeter:
 
     begun: int = 0
     ended: list[dict] = field(default_factory=list)
+    infos: list = field(default_factory=list)
     fail_end: bool = False
 
     def begin(self, *, devices, info):
         self.begun += 1
+        self.infos.append(info)
         return NS(key=self.begun, devices=devices)
 
     def end(self, window, **kwargs):
@@ -191,6 +193,24 @@ def test_each_step_closes_a_window_with_its_tokens_and_batch():
     _step(attributor, 1, running=1)
     _step(attributor, 1, running=1)
     assert sum(e["tokens"] for e in meter.ended) == 1 + 1 + 3 + 3 + 2 + 1 + 1
+
+
+def test_each_window_asks_the_reference_for_the_running_batch():
+    from ecoguard.deployment import Deployment
+    from ecoguard.energy import CallInfo
+
+    meter = FakeMeter()
+    info = CallInfo(model_name="m", deployment=Deployment(precision="bf16"))
+    attributor = StepAttributor(meter, info, (0,))
+    _step(attributor, 1, running=1)
+    _step(attributor, 4, running=4)
+    _step(attributor, 2, running=2)
+    assert [(i.batch_size, i.deployment.batch_size) for i in meter.infos] == [
+        (1, 1),
+        (4, 4),
+        (2, 2),
+    ]
+    assert info.batch_size is None  # the base info is left alone
 
 
 def test_close_charges_pending_tokens():
