@@ -155,7 +155,7 @@ def _dcgm_fleet(cluster: str | None = None) -> list[dict]:
         _tokens(
             "sglang:generation_tokens_total",
             200,
-            values=f"9000+3000x19 3000+3000x28",
+            values="9000+3000x19 3000+3000x28",
             namespace="llm",
             pod="sglang-llama-0",
             model_name=LLAMA,
