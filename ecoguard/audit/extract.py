@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ecoguard.audit.index import UNKNOWN, ModuleIndex, walk_scope
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
+from ecoguard.engines.engine_args import EngineConfig, engine_deployment
 from ecoguard.findings import Mood
 
 # Callees whose ``from_pretrained`` loads something other than model weights.
@@ -216,40 +217,28 @@ class Extractor:
         self._load_sites.append(site)
 
     def _vllm(self, call: ast.Call) -> None:
+        """``LLM(...)``: its keywords are vLLM engine arguments, mapped by the module launch
+        files and the vLLM plugin use (``ecoguard.engines.engine_args``)."""
         kwargs = self.index.keyword_nodes(call)
         model_expr = call.args[0] if call.args else kwargs.get("model")
+        model = self._model(model_expr)
         method = self.index.constant(kwargs.get("quantization"))
-        dtype = self._dtype(kwargs.get("dtype"))
-        quant = QuantSpec()
-        precision: str | None = dtype
-        unknown: set[str] = set()
-        if isinstance(method, str):
-            lowered = method.lower()
-            if lowered == "bitsandbytes":
-                # vLLM's in-flight bitsandbytes quantization is 4-bit NF4.
-                quant = QuantSpec(method="bitsandbytes", bits=4, quant_type="nf4")
-                precision = "nf4"
-            elif lowered.startswith("fp8"):
-                # vLLM's fp8 runs fused kernels, not torchao's eager path: fp8-eager does not apply.
-                quant = QuantSpec(method="other", bits=8, quant_type="fp8")
-                precision = "fp8_dynamic"
-                unknown.add("fp8-eager")
-            elif lowered.startswith(("awq", "gptq", "gguf")):
-                quant = QuantSpec(method=lowered.split("_")[0], bits=4)
-                precision = None
-            else:
-                quant = QuantSpec(method="other", quant_type=lowered)
-                precision = None
-        elif method is UNKNOWN and "quantization" in kwargs:
-            unknown.update({"small-model-quant", "int8-mixed", "fp8-eager"})
-        deployment = Deployment(
-            model=self._model(model_expr),
-            gpu=self.gpu,
-            precision=precision,
-            quant=quant,
-            dtype=dtype,
+        eager = self.index.constant(kwargs.get("enforce_eager"))
+        config = EngineConfig(
+            engine="vllm",
+            model=self.index.constant(model_expr) if model.id else None,  # type: ignore[arg-type]
+            quantization=method if isinstance(method, str) else None,
+            dtype=self._dtype(kwargs.get("dtype")),
+            enforce_eager=eager if isinstance(eager, bool) else None,
         )
-        site = Site("vllm", call, deployment, unknown=frozenset(unknown))
+        facts = engine_deployment(config, gpu=self.gpu, resolve_model=lambda _: model)
+        unknown = set(facts.unknown)
+        if method is UNKNOWN and "quantization" in kwargs:
+            unknown.update({"small-model-quant", "int8-mixed", "fp8-eager"})
+        # batch-size-one's wording is the generate loop's; LLM(max_num_seqs=1) is not judged here.
+        site = Site(
+            "vllm", call, facts.deployment, unknown=frozenset(unknown), details=facts.details[1:]
+        )
         self.out.sites.append(site)
         self._load_sites.append(site)
 

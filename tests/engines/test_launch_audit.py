@@ -230,3 +230,29 @@ def test_yaml_without_pyyaml_is_skipped_with_the_extra_to_install(monkeypatch):
     (problem,) = result.problems
     assert problem.kind == "needs-dependency" and not problem.is_error
     assert "ecoguard[launch]" in problem.message
+
+
+def test_python_llm_and_launch_file_share_the_engine_mapping():
+    """The same vLLM arguments in an offline LLM(...) script and in a launch file reach the
+    same rules (one mapping: ecoguard.engines.engine_args)."""
+    from ecoguard.audit import audit_source
+
+    python = audit_source(
+        "from vllm import LLM\n"
+        'llm = LLM(model="Qwen/Qwen2.5-0.5B-Instruct-AWQ", quantization="awq", dtype="half")\n',
+        "offline.py",
+    )
+    shell = audit_launch_text(
+        "vllm serve Qwen/Qwen2.5-0.5B-Instruct-AWQ --quantization awq --dtype half\n",
+        "serve.sh",
+        GpuSpec(),
+    )
+    assert [f.rule for f in python.findings if f.location.line == 2] == ["small-model-quant"]
+    assert [f.rule for f in shell.findings] == ["small-model-quant"]
+    details = [dict(result.findings[0].details) for result in (python, shell)]
+    assert (
+        details[0]["judged_as"]
+        == details[1]["judged_as"]
+        == ("nf4: the measured 4-bit weight-only format")
+    )
+    assert details[0]["threshold_b"] == details[1]["threshold_b"]
