@@ -45,7 +45,9 @@ def audit_launch_text(
         raise ValueError(f"{filename}: not a launch file (shell script, Dockerfile or YAML)")
     try:
         commands = find_commands(text, kind)
-    except LaunchFileError as exc:
+    except (LaunchFileError, RecursionError, ValueError) as exc:
+        if not isinstance(exc, LaunchFileError):
+            exc = LaunchFileError(f"could not read as {kind}: {type(exc).__name__}: {exc}")
         if "{{" in text:
             result.problems.append(
                 FileProblem(

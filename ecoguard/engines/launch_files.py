@@ -315,6 +315,8 @@ def _yaml(text: str) -> list[LaunchCommand]:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         raise LaunchFileError(f"not valid YAML: {exc}".split("\n")[0], line) from exc
+    except RecursionError as exc:  # PyYAML's composer recurses per nesting level
+        raise LaunchFileError("YAML nested too deep to read; not audited") from exc
     found: list[LaunchCommand] = []
     for document in documents:
         if document is not None:
@@ -322,22 +324,33 @@ def _yaml(text: str) -> list[LaunchCommand]:
     return found
 
 
-def _walk_yaml(node, parent_key: str | None, found: list[LaunchCommand]) -> None:
+def _walk_yaml(root, parent_key: str | None, found: list[LaunchCommand]) -> None:
+    """Every mapping with ``command``/``args``/``entrypoint`` under ``root``. Iterative, and
+    each node once: aliases share nodes, so a recursive walk of an alias bomb ("billion
+    laughs") would take forever, and deep nesting would overflow the stack."""
     import yaml
 
-    if isinstance(node, yaml.MappingNode):
-        keys = {
-            key.value: value
-            for key, value in node.value
-            if isinstance(key, yaml.ScalarNode) and isinstance(key.value, str)
-        }
-        if keys.keys() & {"command", "args", "entrypoint"}:
-            found.extend(_container(keys, parent_key))
-        for key, value in node.value:
-            _walk_yaml(value, key.value if isinstance(key, yaml.ScalarNode) else None, found)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _walk_yaml(item, parent_key, found)
+    seen: set[int] = set()
+    stack = [(root, parent_key)]
+    while stack:
+        node, key_name = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys = {
+                key.value: value
+                for key, value in node.value
+                if isinstance(key, yaml.ScalarNode) and isinstance(key.value, str)
+            }
+            if keys.keys() & {"command", "args", "entrypoint"}:
+                found.extend(_container(keys, key_name))
+            stack.extend(
+                (value, key.value if isinstance(key, yaml.ScalarNode) else None)
+                for key, value in reversed(node.value)
+            )
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, key_name) for item in reversed(node.value))
 
 
 def _container(keys: dict, parent_key: str | None) -> list[LaunchCommand]:

@@ -256,3 +256,27 @@ def test_python_llm_and_launch_file_share_the_engine_mapping():
         == ("nf4: the measured 4-bit weight-only format")
     )
     assert details[0]["threshold_b"] == details[1]["threshold_b"]
+
+
+def test_yaml_alias_bomb_and_deep_nesting_do_not_stall_or_crash_the_audit(tmp_path):
+    bomb = "a: &a [" + ",".join(['"vllm"'] * 9) + "]\n"
+    previous = "a"
+    for name in "bcdefghij":  # 9**10 paths through shared nodes
+        bomb += f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]\n"
+        previous = name
+    bomb += "svc:\n  command: vllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 1\n"
+    (tmp_path / "bomb.yaml").write_text(bomb)
+    (tmp_path / "deep.yaml").write_text("vllm: " + "[" * 3000 + "]" * 3000 + "\n")
+    result = audit_paths([tmp_path])
+    assert [(Path(f.location.path).name, f.location.line, f.rule) for f in result.findings] == [
+        ("bomb.yaml", 12, "batch-size-one")
+    ]
+    (problem,) = result.problems
+    assert (Path(problem.path).name, problem.kind) == ("deep.yaml", "syntax-error")
+    assert "too deep" in problem.message
+
+
+def test_unbalanced_quotes_skip_that_command_only():
+    text = "echo 'unterminated\nvllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 1\n"
+    result = audit_launch_text(text, "run.sh", GpuSpec())
+    assert [(f.location.line, f.rule) for f in result.findings] == [(2, "batch-size-one")]
