@@ -95,6 +95,10 @@ class Impact:
     tier: str = "none"
     sources: tuple[str, ...] = ()
     method: str | None = None
+    # The same change as measured within each session that measured both sides (low, high),
+    # when any did; the figure above is the ratio of the two configurations' chained figures.
+    paired_range_pct: tuple[float, float] | None = None
+    paired_sessions: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,9 @@ def cost_line(finding: Finding, settings: Settings) -> str:
     if impact is None or impact.extra_energy_pct is None:
         return "no reference figure covers this configuration, so the cost is not estimated"
     text = f"{impact.extra_energy_pct:+.0f}% energy"
+    if impact.paired_range_pct is not None and impact.paired_sessions >= 2:
+        low, high = impact.paired_range_pct
+        text += f" ({low:+.0f}% to {high:+.0f}% in {impact.paired_sessions} same-session pairs)"
     if impact.extra_usd_per_month is not None:
         volume = impact.monthly_requests or settings.monthly_requests
         text += f" ≈ ${impact.extra_usd_per_month:,.2f}/month extra at {volume:,} requests/month"

@@ -269,7 +269,7 @@ def _print_estimate(result, vram_available_gb: float) -> None:
             f" / p90 {result.holdout_error_pct[1]}%"
         )
         print(f"  range:      p10-p90 ({basis})")
-    for source, session, delta in result.paired_deltas:
+    for source, session, delta, _baseline in result.paired_deltas:
         print(f"  paired:     {delta:+.1f}% in session {session} of {source}")
     if result.carried_from:
         print(f"  carried from: {', '.join(result.carried_from)}")

@@ -115,7 +115,8 @@ class Estimate:
     carried_from: tuple[str, ...] = ()
     holdout: str | None = None
     sessions: tuple[str, ...] = ()
-    paired_deltas: tuple[tuple[str, str, float], ...] = ()  # (source, session, change %)
+    # (source, session, change % vs FP16, baseline: the FP16 row or session it was paired with)
+    paired_deltas: tuple[tuple[str, str, float, str], ...] = ()
 
     def to_dict(self) -> dict:
         """JSON-ready: the figures, their ranges, the basis, and the deployment as plain dicts."""
@@ -153,8 +154,8 @@ class Estimate:
             "rows": list(self.rows),
             "sessions": list(self.sessions),
             "paired_deltas": [
-                {"source": src, "session": ses, "delta_pct": round(d, 1)}
-                for src, ses, d in self.paired_deltas
+                {"source": src, "session": ses, "delta_pct": round(d, 1), "baseline": base}
+                for src, ses, d, base in self.paired_deltas
             ],
             "assumptions": list(self.assumptions),
             "deployment": asdict(self.deployment),
@@ -521,7 +522,7 @@ def estimate(
         carried_from=basis.carried_from,
         holdout=holdout,
         sessions=fig.sessions,
-        paired_deltas=tuple((src, ses, (r - 1.0) * 100.0) for src, ses, r in fig.pairs)
+        paired_deltas=tuple((src, ses, (r - 1.0) * 100.0, base) for src, ses, r, base in fig.pairs)
         if basis.family == "exact"
         else (),
     )

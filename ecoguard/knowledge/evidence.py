@@ -49,8 +49,9 @@ class Figure:
     power_w: float | None = None
     throughput_tok_s: float | None = None
     spread_known: bool = True  # False when one session: the band is the pooled default
-    # The same-session FP16 pairs behind a precision's change: (source, session, ratio).
-    pairs: tuple[tuple[str, str, float], ...] = ()
+    # The same-session FP16 pairs behind a precision's change: (source, session, ratio, the
+    # FP16 baseline's row id or the session when the baseline is only stated in the row).
+    pairs: tuple[tuple[str, str, float, str], ...] = ()
 
     def scaled(self, factor: float, low_factor: float, high_factor: float) -> Figure:
         """This figure times ``factor``; the band also multiplied by the factor's own band."""
@@ -394,6 +395,7 @@ class Evidence:
                     group[0].row.source,
                     group[0].row.session or "-",
                     statistics.fmean(p.ratio for p in group),
+                    group[0].baseline.id if group[0].baseline else session_of(group[0].row),
                 )
                 for group in by_session.values()
             )

@@ -84,6 +84,7 @@ def impact_between(
             extra_kwh = before_m.energy_kwh - after_m.energy_kwh
     sources = tuple(dict.fromkeys((*before.sources, *after.sources)))
     method = f"estimate(before) vs estimate(after): {before.method}; {after.method}"
+    paired = _paired_changes(before, after)
     impact = Impact(
         extra_energy_pct=round(extra_pct, 1),
         extra_usd_per_month=None if extra_usd is None else round(extra_usd, 2),
@@ -92,5 +93,30 @@ def impact_between(
         tier=weaker_tier(before.tier, after.tier),
         sources=sources,
         method=method,
+        paired_range_pct=(round(min(paired), 1), round(max(paired), 1)) if paired else None,
+        paired_sessions=len(paired),
     )
     return impact, rows
+
+
+def _paired_changes(before: Any, after: Any) -> list[float]:
+    """The change before/after as measured inside each session that measured both: from the
+    two estimates' same-session deltas vs FP16 (sessions in common), or, when the fixed side
+    is the FP16 anchor itself, the before side's deltas. Empty when no session measured both."""
+    if getattr(before, "family", None) != "exact" or getattr(after, "family", None) != "exact":
+        return []
+    # Keyed by the FP16 run each was paired with: two precisions paired with one FP16 run were
+    # measured in the same session even when each has a file of its own.
+    b = {base: d for _src, _ses, d, base in getattr(before, "paired_deltas", ())}
+    a = {base: d for _src, _ses, d, base in getattr(after, "paired_deltas", ())}
+    if not b:
+        return []
+    same_shape = (
+        before.deployment.gpu.profile == after.deployment.gpu.profile
+        and before.deployment.batch_size == after.deployment.batch_size
+    )
+    if not same_shape:
+        return []
+    if not a and (after.deployment.precision or "fp16") in ("fp16", "bf16"):
+        return list(b.values())
+    return [((1 + b[k] / 100.0) / (1 + a[k] / 100.0) - 1.0) * 100.0 for k in b if k in a]

@@ -83,6 +83,16 @@ def test_estimate_compare_optimize_and_the_alert_agree_to_the_joule():
         - 1
     ) * 100
     assert impact is not None and impact.extra_energy_pct == pytest.approx(expected, abs=0.05)
+    # Within each session that measured both 8-bit modes against one FP16 run (issue 15: the
+    # README's old "+44%" compared rows from different sessions and lengths).
+    assert impact.paired_range_pct == (55.7, 66.2) and impact.paired_sessions == 2
+    from ecoguard.findings import Finding
+    from ecoguard.voice import cost_line
+
+    finding = Finding(
+        rule="int8-mixed", mood="orange", title="t", message="m", fix="f", impact=impact
+    )
+    assert "(+56% to +66% in 2 same-session pairs)" in cost_line(finding, settings)
 
 
 def test_prompt_length_does_not_change_the_figure():

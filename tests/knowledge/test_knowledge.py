@@ -93,7 +93,7 @@ def test_acceptance_rtx5090_qwen2_7b_nf4_delta_measured():
     assert nf4.tier == fp16.tier == "measured"
     delta = (nf4.energy_per_1k_tokens_j / fp16.energy_per_1k_tokens_j - 1) * 100
     assert round(delta, 1) == -31.5  # the median of the four same-session pairs
-    deltas = sorted(round(d, 1) for _, _, d in nf4.paired_deltas)
+    deltas = sorted(round(d, 1) for _, _, d, _ in nf4.paired_deltas)
     assert deltas == [-32.3, -31.7, -31.4, -11.4]
     assert "rtx5090/qwen2-7b/nf4/bs1/ecai-5090csv" in nf4.rows
 
