@@ -79,6 +79,7 @@ def _fork(body) -> int:
     """Fork; the child runs ``body()`` and leaves with os._exit (0: body returned True)."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
+        signal.alarm(60)  # ends by itself even if the parent test died
         code = 1
         try:
             code = 0 if body() else 2
@@ -251,7 +252,7 @@ def test_multiprocessing_spawn_children(tmp_path, monkeypatch):
 
 _EXIT_SCRIPT = textwrap.dedent(
     """
-    import os, sys
+    import os, signal, sys
     sys.path.insert(0, {here!r})
     from test_fork_and_ledger_safety import _produce, _settings
     from ecoguard.energy import start_meter
@@ -264,6 +265,7 @@ _EXIT_SCRIPT = textwrap.dedent(
     for i in range(4):
         pid = os.fork()
         if pid == 0:
+            signal.alarm(60)  # a hung child ends by itself
             _produce(25, "child-%d" % i)
             sys.exit(0)  # a normal exit: atexit and the interpreter's finalization run
         pids.append(pid)
@@ -296,7 +298,7 @@ def test_children_that_exit_normally_write_and_leave_the_parent_connection_alone
 
 _GUARD_SCRIPT = textwrap.dedent(
     """
-    import multiprocessing, os, sys
+    import multiprocessing, os, signal, sys
     import torch
     import transformers
     import ecoguard
@@ -311,9 +313,13 @@ _GUARD_SCRIPT = textwrap.dedent(
         for _ in range(n):
             model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)
 
+    def child_work(n):
+        signal.alarm(120)  # a hung child ends by itself
+        work(n)
+
     work(2)
     ctx = multiprocessing.get_context("fork")
-    children = [ctx.Process(target=work, args=(3,)) for _ in range(4)]
+    children = [ctx.Process(target=child_work, args=(3,)) for _ in range(4)]
     for child in children:
         child.start()
     for child in children:
@@ -546,3 +552,61 @@ def test_a_damaged_ledger_degrades_with_one_warning_and_never_reports_healthy(tm
     assert stats["healthy"] is False and stats["status"] == "degraded"
     assert stats["written"] == 0 and stats["in_memory"] == 200 and len(ledger.memory) == 200
     assert _fingerprint(path) == before
+
+
+_METRICS_SCRIPT = textwrap.dedent(
+    """
+    import logging, os, signal, socket, sys, urllib.request
+    import ecoguard
+    from ecoguard.energy import CallInfo, get_meter
+    from ecoguard.export.ledger import get_ledger
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    ecoguard.install(backend="simulated", ledger_path={path!r}, metrics_port=port)
+
+    def produce(label):
+        meter = get_meter()
+        window = meter.begin(devices=None, info=CallInfo(model_name="m", label=label))
+        meter.end(window, tokens=1, requests=1)
+
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)  # a hung child ends by itself
+        produce("child")
+        produce("child")
+        ok = get_ledger().flush(10)
+        ecoguard.uninstall()  # the parent's server: neither served nor stopped here
+        os._exit(0 if ok else 3)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    body = urllib.request.urlopen(f"http://127.0.0.1:{{port}}/metrics", timeout=10).read()
+    print("child", code, "served", b"ecoguard_" in body)
+    ecoguard.uninstall()
+    """
+)
+
+
+def test_a_forked_child_leaves_the_parents_metrics_server_alone_and_says_so(tmp_path):
+    """The child of a process serving /metrics: its records reach the ledger, it warns once
+    that /metrics will not show them, and uninstall() there returns at once (stopping the
+    parent's server from the child used to wait forever for a thread the child does not have);
+    the parent goes on serving."""
+    path = tmp_path / "ledger.sqlite"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("ECOGUARD_") and k != "PROMETHEUS_MULTIPROC_DIR"
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _METRICS_SCRIPT.format(path=str(path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "child 0 served True" in out.stdout
+    assert out.stderr.count("was forked from one serving metrics") == 1, out.stderr
+    assert _labels(path) == {"child": 2}
