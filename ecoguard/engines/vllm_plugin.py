@@ -47,6 +47,7 @@ ENV_FLAG = "ECOGUARD_VLLM"
 _log = logging.getLogger("ecoguard")
 _patch_lock = threading.Lock()
 _patched = False
+_collector: Any = None  # ecoguard's collector on vLLM's /metrics, once registered
 
 
 def enabled(environ: Any = None) -> bool:
@@ -114,6 +115,8 @@ def _install() -> Settings:
     import ecoguard
 
     settings = ecoguard.install()
+    with contained("vllm.metrics"):
+        serve_on_vllm_metrics(settings)
     logger = logging.getLogger("ecoguard")
     if not any(getattr(h, "_ecoguard_vllm", False) for h in logger.handlers):
         handler = logging.StreamHandler()
@@ -124,6 +127,30 @@ def _install() -> Settings:
         if logger.level == logging.NOTSET or logger.level > logging.INFO:
             logger.setLevel(logging.INFO)
     return settings
+
+
+def serve_on_vllm_metrics(settings: Settings, registry: Any = None) -> Any:
+    """Without ``ECOGUARD_METRICS_PORT``, put ecoguard's metrics on vLLM's own ``/metrics``:
+    a single API server serves prometheus_client's default registry, so a collector there is
+    scraped with vLLM's series (the same ``model_name``). Not with ``PROMETHEUS_MULTIPROC_DIR``
+    (several API servers: the ``ecoguard exporter`` sidecar merges their counters instead) nor
+    with a port of our own (the series would be exported twice). Idempotent; returns the
+    collector registered, if any."""
+    global _collector
+    if settings.metrics_port is not None or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    from ecoguard.export.prometheus import EcoguardCollector, process_aggregates
+
+    with _patch_lock:
+        if _collector is not None:
+            _collector.set_settings(settings)
+            return _collector
+        if registry is None:
+            from prometheus_client import REGISTRY as registry
+        collector = EcoguardCollector(aggregates=process_aggregates(), settings=settings)
+        registry.register(collector)
+        _collector = collector
+        return collector
 
 
 def fixed_max_num_seqs(settings: Settings) -> int:

@@ -307,3 +307,30 @@ def test_a_fault_in_the_rules_never_stops_the_engine(fake_vllm, monkeypatch):
     vllm_plugin.register()
     assert fake_vllm(1).create_engine_config().scheduler_config.max_num_seqs == 1
     assert fault_counts()["vllm.rules"] == 1
+
+
+def test_metrics_join_vllms_own_registry_without_a_port(monkeypatch, published):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    monkeypatch.setattr(vllm_plugin, "_collector", None)
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    registry = CollectorRegistry(auto_describe=False)
+    # With a port of its own, or several API servers, ecoguard stays off vLLM's registry.
+    assert vllm_plugin.serve_on_vllm_metrics(Settings(metrics_port=0), registry) is None
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/tmp/x")
+    assert vllm_plugin.serve_on_vllm_metrics(Settings(), registry) is None
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
+
+    def batch_size_one_count() -> float:
+        for line in generate_latest(registry).decode().splitlines():
+            wanted = ('rule="batch-size-one"', 'action="warn"')
+            if line.startswith("ecoguard_findings_total{") and all(w in line for w in wanted):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    collector = vllm_plugin.serve_on_vllm_metrics(Settings(ledger_path=None), registry)
+    assert collector is not None
+    assert vllm_plugin.serve_on_vllm_metrics(Settings(ledger_path=None), registry) is collector
+    before = batch_size_one_count()
+    judge_engine(_vllm_config(max_num_seqs=1), Settings(ledger_path=None), gpu=GpuSpec())
+    assert batch_size_one_count() == before + 1
