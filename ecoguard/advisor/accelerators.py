@@ -149,12 +149,12 @@ def nearest_profile(
         f"板卡功耗 {card.tdp_w:,.0f} 对 {tdp:,.0f} W"
     )
     reason = Text(
-        f"{card.name} is not in the reference data; answered with {name} ({arch_en}; "
-        f"{specs}). Its figures are that GPU's, unscaled, so every tier is at most "
-        f"extrapolated; the {card.vram_gb:g} GB of VRAM is the {card.name}'s own.",
-        f"参考数据里没有 {card.name}；用 {name} 的数据回答（{arch_zh}；{specs_zh}）。"
-        f"数字是那块 GPU 的，未做换算，所以等级最多为“外推”；显存按 {card.name} 自己的 "
-        f"{card.vram_gb:g} GB 计。",
+        f"{card.name} is not in the GPU table; answered as {name} ({arch_en}; {specs}). "
+        f"The figures are the estimator's for {name}, not scaled to the {card.name}, so every "
+        f"tier is at most extrapolated; the {card.vram_gb:g} GB of VRAM is the {card.name}'s own.",
+        f"GPU 表里没有 {card.name}；按 {name} 回答（{arch_zh}；{specs_zh}）。"
+        f"数字是估算器对 {name} 的估算，没有换算到 {card.name}，所以等级最多为“外推”；"
+        f"显存按 {card.name} 自己的 {card.vram_gb:g} GB 计。",
     )
     return NearestProfile(card, key, name, reason)
 
@@ -206,7 +206,7 @@ VENDORS: dict[str, Vendor] = {
 }
 
 # Folded token -> vendor key. Checked per token of the question (whole words only).
-_VENDOR_TOKENS: dict[str, str] = {
+VENDOR_TOKENS: dict[str, str] = {
     "gaudi": "intel-gaudi",
     "gaudi2": "intel-gaudi",
     "gaudi3": "intel-gaudi",
@@ -252,8 +252,8 @@ def find_vendor(tokens: list[str]) -> Vendor | None:
     """The first non-NVIDIA accelerator named among the question's tokens."""
     for raw in tokens:
         key = raw.lower().replace("-", "").replace("_", "")
-        if key in _VENDOR_TOKENS:
-            return VENDORS[_VENDOR_TOKENS[key]]
+        if key in VENDOR_TOKENS:
+            return VENDORS[VENDOR_TOKENS[key]]
         if key.startswith("mi") and key[2:5].isdigit() and len(key) <= 6:
             return VENDORS["amd"]
         if not raw.isascii():

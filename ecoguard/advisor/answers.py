@@ -122,8 +122,11 @@ def resolve_gpu_match(name: str) -> tuple[GpuSpec, NearestProfile | None]:
         card = card_spec(name)
         if card is None:
             raise
+        # Within the card's architecture any table profile will do (the estimator carries its
+        # figures there with its fitted factor); across architectures, only one with rows.
         with_data = {row.gpu for row in reference_rows() if row.tier in ("measured", "reported")}
-        match = nearest_profile(card, gpu_profiles(), with_data)
+        same_arch = {k for k, p in gpu_profiles().items() if p.architecture == card.architecture}
+        match = nearest_profile(card, gpu_profiles(), same_arch or with_data)
         profile = gpu_profiles()[match.profile_key]
         spec = GpuSpec(
             profile=profile.key,
@@ -432,6 +435,18 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
     needs_model = parsed.protocol in ("estimate", "optimize") or (
         parsed.protocol == "compare" and not parsed.precisions
     )
+    no_figures = (
+        parsed.observed_throughput_tok_s is None
+        and parsed.observed_power_w is None
+        and parsed.observed_energy_j_per_1k is None
+    )
+    if (
+        parsed.model is None
+        and parsed.protocol == "diagnose"
+        and no_figures
+        and protocols.general_trap_rule(parsed.precision) is not None
+    ):
+        return _trap_without_model(parsed, settings, settings_used)
     if parsed.model is None and needs_model:
         if protocols.general_trap_rule(parsed.precision) is not None and not (
             parsed.protocol in ("optimize", "compare") and parsed.gpu is not None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ecoguard.advisor.accelerators import NVIDIA_CARDS, Vendor, find_vendor
+from ecoguard.advisor.accelerators import NVIDIA_CARDS, VENDOR_TOKENS, Vendor, find_vendor
 from ecoguard.advisor.accelerators import fold as fold_card
 from ecoguard.advisor.extract import (
     electricity_price,
@@ -500,8 +500,12 @@ def _choose_protocol(lower: str, facts: dict[str, object]) -> tuple[str, str]:
     a comparison asks for several precisions, a diagnosis reports a problem or a figure."""
     if facts.get("paths") or _has_any(lower, _AUDIT_WORDS):
         return "audit", "names source files or asks for an audit"
+    if facts.get("code"):
+        return "audit", "pastes code: audited as text, never run"
     precisions = facts.get("precisions") or ()
-    if _has_any(lower, _COMPARE_WORDS) or (" or " in lower and len(precisions) >= 2):  # type: ignore[arg-type]
+    if _has_any(lower, _COMPARE_WORDS) or (
+        (" or " in lower or "还是" in lower) and len(precisions) >= 2  # type: ignore[arg-type]
+    ):
         return "compare", "asks to compare configurations"
     if any(
         facts.get(k) is not None
@@ -537,6 +541,8 @@ def _find_models(tokens: list[tuple[int, int, str]]) -> list[tuple[int, int, str
     """Model mentions: ``(start, end, text, size_b)``."""
     found: list[tuple[int, int, str, float | None]] = []
     for i, (start, end, raw) in enumerate(tokens):
+        if raw.lower() in VENDOR_TOKENS:
+            continue  # "910B" is a Huawei Ascend chip, not a 910-billion-parameter model
         parts = [p for p in re.split(r"[-/_]", raw) if p]
         size_b: float | None = None
         for part in parts:
@@ -574,6 +580,7 @@ def _find_models(tokens: list[tuple[int, int, str]]) -> list[tuple[int, int, str
 
 
 _CARD_SUFFIXES = ("ti", "super", "ada")
+_FORM_FACTORS = ("pcie", "sxm", "sxm4", "sxm5")
 
 
 def _find_gpus(
@@ -605,6 +612,8 @@ def _find_gpus(
             stop = end
             if key in ("4090", "rtx4090") and nxt == "d":
                 norm, stop = "rtx4090d", tokens[i + 1][1]
+            elif nxt in _FORM_FACTORS and norm in ("h100", "a800", "a100"):
+                norm, stop = f"{norm} {nxt}", tokens[i + 1][1]  # "H100 PCIe": its own profile
             if found and found[-1][2] == "rtxpro6000" and key == "6000":
                 continue
             found.append((start, stop, norm))

@@ -921,7 +921,9 @@ def estimate(
             money["saving_cny"] = round(cur["cost_cny"] - opt["cost_cny"], 2)
         if cur["cost_local"] is not None and opt["cost_local"] is not None:
             money["saving_local"] = round(cur["cost_local"] - opt["cost_local"], 2)
-    if current.get("tier", "none") == "none":
+    if findings and any(f.mood.rank >= Mood.ORANGE.rank for f in findings):
+        mood = Mood.worst(f.mood for f in findings)  # a trap or an overflow, data or not
+    elif current.get("tier", "none") == "none":
         mood = Mood.GRAY
     elif findings:
         mood = Mood.worst(f.mood for f in findings)
