@@ -5,6 +5,7 @@ Usage::
 
     .venv/bin/python tools/render_dashboard.py [--out docs/dashboard.png] [--duration-s 80]
         [--save-data FILE] [--from-data FILE]
+    .venv/bin/python tools/render_dashboard.py --write-fleet-panels  # the JSON's fleet row
 
 Grafana itself is not installable offline, so this script plays its part: it starts Debian's
 ``prometheus`` binary on a free loopback port (temp config and storage, 1 s scrape and rule
@@ -788,6 +789,162 @@ def _draw_stat(
         )
 
 
+# --------------------------------------------------------------------------- fleet panels
+#
+# The "Fleet (Kubernetes)" row is written into the dashboard JSON by this script
+# (`--write-fleet-panels`), never by hand: tests/kubernetes/test_fleet_dashboard.py checks that
+# the JSON holds exactly what fleet_panels() returns. It reads the fleet recording rules of
+# grafana/prometheus/ecoguard-fleet-rules.yml (docs/kubernetes.md).
+
+FLEET_PANEL_IDS = range(200, 300)  # the row and its panels; other rows keep their own ids
+FLEET_NO_DATA = "no Kubernetes pod labels (namespace, pod) in this run: the fleet rules need them"
+NO_DATA_REASONS["fleet_"] = FLEET_NO_DATA
+
+_FLEET_PANELS = (
+    # (title, unit, description, [(expr, legend)])
+    (
+        "Fleet joules per token by model",
+        "J",
+        "GPU energy over generated tokens for each model across the fleet (every namespace and "
+        "node of each cluster), from the fleet recording rules.",
+        [
+            (
+                'fleet_model:energy_per_token_joules:rate5m{model_name=~"$model_name"}',
+                "{{cluster}} {{model_name}}",
+            )
+        ],
+    ),
+    (
+        "Fleet joules per token by namespace and model",
+        "J",
+        "The same figure per namespace: which team serves a model at what energy per token.",
+        [
+            (
+                'fleet_namespace_model:energy_per_token_joules:rate5m{model_name=~"$model_name"}',
+                "{{cluster}} {{namespace}} {{model_name}}",
+            )
+        ],
+    ),
+    (
+        "Fleet GPU power by cluster and top nodes",
+        "watt",
+        "Every GPU's power from its energy counter (ecoguard's sampler, else DCGM-exporter), "
+        "idle GPUs included: per cluster, and the ten nodes drawing most.",
+        [
+            ("fleet_cluster:gpu_power_watts:rate5m", "{{cluster}} all GPUs"),
+            ("topk(10, fleet_node:gpu_power_watts:rate5m)", "{{cluster}} {{node}}"),
+        ],
+    ),
+    (
+        "Fleet joules per token by node (top 10)",
+        "J",
+        "Energy per token of the serving pods on each node; the ten highest.",
+        [("topk(10, fleet_node:energy_per_token_joules:rate5m)", "{{cluster}} {{node}}")],
+    ),
+    (
+        "Fleet electricity cost per hour by namespace",
+        "currencyUSD",
+        "GPU power of each namespace's pods (idle pods included) at the fleet tariff "
+        "(fleet:electricity_price_usd_per_kwh x PUE).",
+        [("fleet_namespace:cost_usd_per_hour:rate5m", "{{cluster}} {{namespace}}")],
+    ),
+    (
+        "Fleet CO2 per hour by namespace",
+        "massg",
+        "GPU power of each namespace's pods at the fleet grid intensity "
+        "(fleet:grid_intensity_gco2_per_kwh x PUE).",
+        [("fleet_namespace:co2_grams_per_hour:rate5m", "{{cluster}} {{namespace}}")],
+    ),
+)
+
+
+def fleet_panels(top: int) -> list[dict[str, Any]]:
+    """The fleet row and its panels, laid out from grid row ``top`` down, two panels a row."""
+    datasource = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+    panels: list[dict[str, Any]] = [
+        {
+            "id": FLEET_PANEL_IDS[0],
+            "type": "row",
+            "title": "Fleet (Kubernetes: by model, namespace, node and cluster)",
+            "collapsed": False,
+            "gridPos": {"h": 1, "w": 24, "x": 0, "y": top},
+            "panels": [],
+        }
+    ]
+    for index, (title, unit, description, targets) in enumerate(_FLEET_PANELS):
+        panels.append(
+            {
+                "id": FLEET_PANEL_IDS[1 + index],
+                "type": "timeseries",
+                "title": title,
+                "description": description,
+                "datasource": datasource,
+                "gridPos": {
+                    "h": 8,
+                    "w": 12,
+                    "x": 12 * (index % 2),
+                    "y": top + 1 + 8 * (index // 2),
+                },
+                "fieldConfig": {
+                    "defaults": {
+                        "unit": unit,
+                        "custom": {
+                            "drawStyle": "line",
+                            "lineWidth": 1,
+                            "fillOpacity": 10,
+                            "showPoints": "never",
+                            "spanNulls": False,
+                        },
+                    },
+                    "overrides": [],
+                },
+                "options": {
+                    "legend": {
+                        "displayMode": "table",
+                        "placement": "bottom",
+                        "showLegend": True,
+                        "calcs": ["lastNotNull", "mean"],
+                    },
+                    "tooltip": {"mode": "multi", "sort": "desc"},
+                },
+                "targets": [
+                    {
+                        "datasource": datasource,
+                        "refId": chr(ord("A") + number),
+                        "expr": expr,
+                        "legendFormat": legend,
+                        "range": True,
+                        "instant": False,
+                        "editorMode": "code",
+                    }
+                    for number, (expr, legend) in enumerate(targets)
+                ],
+            }
+        )
+    return panels
+
+
+def with_fleet_panels(dashboard: dict[str, Any]) -> dict[str, Any]:
+    """``dashboard`` with its fleet row replaced by fleet_panels(), below every other panel."""
+    others = [p for p in dashboard["panels"] if p.get("id") not in FLEET_PANEL_IDS]
+    top = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in others), default=0)
+    return {**dashboard, "panels": others + fleet_panels(top)}
+
+
+def dashboard_text(dashboard: dict[str, Any]) -> str:
+    """The dashboard file's format: two-space JSON and a final newline."""
+    return json.dumps(dashboard, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_fleet_panels(path: Path = DASHBOARD) -> bool:
+    """Rewrite ``path`` with the current fleet panels; True when it changed."""
+    current = path.read_text()
+    updated = dashboard_text(with_fleet_panels(json.loads(current)))
+    if updated != current:
+        path.write_text(updated)
+    return updated != current
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -807,7 +964,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--from-data", type=Path, help="render from a --save-data file; runs no workload"
     )
+    parser.add_argument(
+        "--write-fleet-panels",
+        action="store_true",
+        help="write the fleet row into the dashboard JSON and exit (no workload, no PNG)",
+    )
     args = parser.parse_args(argv)
+    if args.write_fleet_panels:
+        changed = write_fleet_panels()
+        print(f"{DASHBOARD.relative_to(REPO_ROOT)}: {'updated' if changed else 'unchanged'}")
+        return 0
     if not 20 <= args.duration_s <= 600:
         parser.error(f"--duration-s must be 20 to 600, got {args.duration_s:g}")
     if not re.fullmatch(r"\d+(ms|s|m|h)", args.rate_interval):
