@@ -512,6 +512,7 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
         result = _with_batching(result, batching, dep, lang, usd=not local)
     if gpu_match is not None:
         result = _extrapolated(result)
+    result = _mood_within_saving(result, lang)
     warnings = _warnings(dep, parsed)
     if warnings and result.mood in (Mood.GREEN,):
         result = replace(result, mood=Mood.YELLOW)  # it cannot run as asked: not green
@@ -724,6 +725,36 @@ def _with_batching(
     return replace(result, findings=(*result.findings, finding), mood=mood)
 
 
+def _mood_within_saving(result: protocols.AdvisorResult, lang: str) -> protocols.AdvisorResult:
+    """An answer does not open with a trap (orange/red) that its own figures call negligible:
+    when every orange or red finding's impact and the recommendation's saving are all under
+    5%, the mood is yellow and a note says why."""
+    if result.mood.rank < Mood.ORANGE.rank or result.protocol not in ("estimate", "optimize"):
+        return result
+    severe = [f for f in result.findings if f.mood.rank >= Mood.ORANGE.rank]
+    impacts = [
+        abs(f.impact.extra_energy_pct)
+        for f in severe
+        if f.impact is not None and f.impact.extra_energy_pct is not None
+    ]
+    saving = (result.recommendation or {}).get("saving_pct")
+    if not severe or len(impacts) < len(severe) or saving is None:
+        return result
+    limit = protocols.TIE_FRACTION * 100
+    if max(impacts) >= limit or abs(saving) >= limit:
+        return result
+    note = Text(
+        f"The rules flag {', '.join(f.rule for f in severe)}, but the data puts the difference at "
+        f"{max(impacts):.1f}% (the best alternative saves {saving:.1f}%): within run-to-run "
+        "spread, so this is not called a trap.",
+        f"规则标记了 {'、'.join(f.rule for f in severe)}，但数据显示差别只有 {max(impacts):.1f}%"
+        f"（最佳替代方案节省 {saving:.1f}%）：在测量波动之内，所以不算陷阱。",
+    )
+    worst_rest = [f.mood for f in result.findings if f.mood.rank < Mood.ORANGE.rank]
+    mood = Mood.worst([Mood.YELLOW, *worst_rest])
+    return replace(result, mood=mood, notes=(*result.notes, note.get(lang)))
+
+
 def _extrapolated(result: protocols.AdvisorResult) -> protocols.AdvisorResult:
     """Figures borrowed from the nearest GPU profile: no tier stronger than extrapolated."""
 
@@ -909,14 +940,18 @@ def _requests(
     gen = dep.generation_tokens or DEFAULT_GENERATION_TOKENS
     if parsed.total_tokens is not None:
         requests = max(1, math.ceil(parsed.total_tokens / gen))
+        monthly = parsed.tokens_period == "month"
         conversions.append(
             {
                 "field": "requests",
-                "source": f"{parsed.total_tokens:,} tokens",
-                "source_zh": f"{parsed.total_tokens:,} 个 token",
+                "source": f"{parsed.total_tokens:,} {'token' if parsed.total_tokens == 1 else 'tokens'}"
+                + (" a month" if monthly else ""),
+                "source_zh": f"{'每月 ' if monthly else ''}{parsed.total_tokens:,} 个 token",
                 "value": requests,
-                "rule": f"/ {gen} generated tokens per request (one-off volume, counted as one month)",
-                "rule_zh": f"按每次请求生成 {gen} 个 token 计；一次性用量，按一个月计",
+                "rule": f"/ {gen} generated {'token' if gen == 1 else 'tokens'} per request"
+                + ("" if monthly else " (one-off volume, counted as one month)"),
+                "rule_zh": f"按每次请求生成 {gen} 个 token 计"
+                + ("" if monthly else "；一次性用量，按一个月计"),
             }
         )
         return requests, conversions

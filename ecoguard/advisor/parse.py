@@ -693,7 +693,9 @@ def _find_precisions(text: str, tokens: list[tuple[int, int, str]]) -> list[tupl
             found.append((start, "int8_mixed"))
         elif key in ("fp8", "float8") and nxt in ("dynamic", "dyn", "dynamic_activation"):
             found.append((start, "fp8_dynamic"))
-        elif (key in ("nf4", "4bit", "4_bit") and nxt in ("dq", "double_quant")) or key == "nf4+dq":
+        elif (
+            key in ("nf4", "4bit", "4_bit") and nxt in ("dq", "double_quant", "double", "双重量化")
+        ) or key == "nf4+dq":
             found.append((start, "nf4_dq"))
         elif (
             key in PRECISION_ALIASES

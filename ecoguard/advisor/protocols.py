@@ -720,7 +720,8 @@ def optimize(
         _t(
             language,
             f"lowest energy per 1k tokens among {n_cand} {_plural(n_cand, 'candidate')} that "
-            f"pass the rules ({n_out} ruled out as {_plural(n_out, 'trap')})",
+            f"{'passes' if n_cand == 1 else 'pass'} the rules ({n_out} ruled out as "
+            f"{_plural(n_out, 'trap')})",
             f"在 {n_cand} 个通过规则检查的候选中每千 token 能耗最低（{n_out} 个因陷阱被排除）",
         )
     ]

@@ -506,6 +506,7 @@ def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
         out += ["```", *chart, "```"] if markdown else chart
         out.append("")
     out += _paired_lines(answer, L)
+    out += _trade_offs(answer, L)
     if result.recommendation:
         rec = result.recommendation
         delta = rec.get("delta_vs_fp16_pct")
@@ -918,7 +919,98 @@ def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                 )
         out.append("")
     out += _crossovers(answer, L, markdown)
+    out += _verify_steps(answer, L, markdown)
     return out
+
+
+_FIXED_PRECISION = {"int8-mixed": "int8_pure", "small-model-quant": "fp16", "fp8-eager": "bf16"}
+
+
+def _verify_steps(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+    """How to check that the fix worked: measure before and after, same workload."""
+    result = answer.result
+    rec = result.recommendation or {}
+    rule = rec.get("rule")
+    if not rule:
+        return []
+    dep = result.deployment
+    model = dep.model.id if dep is not None and dep.model.id else "MODEL"
+    current = dep.precision if dep is not None and dep.precision else "CURRENT"
+    fixed = _FIXED_PRECISION.get(rule, "fp16")
+    prompt = dep.prompt_tokens if dep is not None and dep.prompt_tokens else 512
+    gen = dep.generation_tokens if dep is not None and dep.generation_tokens else 256
+    bench = (
+        f"ecoguard bench --model {model} --precisions {current},{fixed} --batch-sizes 1 "
+        f"--prompt-tokens {prompt} --generation-tokens {gen}"
+    )
+    code = f"`{bench}`" if markdown else bench
+    zh = answer.language == "zh"
+    quality = bool(rec.get("changes_outputs"))
+    steps = (
+        [
+            f"应用修复：{rec.get('fix') or ''}",
+            f"在同一台机器、同样的输入长度和 max_new_tokens 下，测量修复前后的每千 token 能耗：{code}",
+            "修复后的能耗应接近上表的参考值；若差距仍超过 20%，检查功耗上限、频率和 GPU 上的其他任务。",
+        ]
+        if zh
+        else [
+            f"Apply the fix: {rec.get('fix') or ''}",
+            f"Measure J per 1k tokens before and after on the same machine, prompt length and "
+            f"max_new_tokens: {code}",
+            "After the fix the energy should land near the reference figures above; if it is "
+            "still more than 20% off, check the power limit, clocks and other jobs on the GPU.",
+        ]
+    )
+    if quality:
+        steps.append(
+            "这个修复会改变输出：在你自己的评测集上对比修复前后的质量。"
+            if zh
+            else "This fix changes outputs: compare quality on your own evaluation set before "
+            "and after."
+        )
+    title = "验证修复" if zh else "Verify the fix"
+    return [_h(title, markdown, L), *(f"{i}. {s}" for i, s in enumerate(steps, start=1)), ""]
+
+
+def _trade_offs(answer: Answer, L: dict[str, str]) -> list[str]:
+    """Besides energy: memory, latency, cost and accuracy, per precision compared."""
+    rows = [r for r in answer.result.rows if r.get("energy_per_1k_tokens_j") is not None]
+    if len(rows) < 2:
+        return []
+    zh = answer.language == "zh"
+    out = []
+
+    def pick(key: str) -> dict[str, Any] | None:
+        known = [r for r in rows if r.get(key) is not None]
+        return min(known, key=lambda r: r[key]) if known else None
+
+    vram, fast, cheap = pick("vram_gb"), pick("latency_s"), pick("cost_usd_per_month")
+    if vram is not None:
+        out.append(
+            f"显存最少：{vram['precision']}（{vram['vram_gb']:.1f} GB）"
+            if zh
+            else f"least memory: {vram['precision']} ({vram['vram_gb']:.1f} GB)"
+        )
+    if fast is not None:
+        out.append(
+            f"延迟最低：{fast['precision']}（{fast['latency_s']:.1f} s/请求）"
+            if zh
+            else f"lowest latency: {fast['precision']} ({fast['latency_s']:.1f} s per request)"
+        )
+    if cheap is not None:
+        out.append(
+            f"每月最便宜：{cheap['precision']}（${cheap['cost_usd_per_month']:,.2f}）"
+            if zh
+            else f"cheapest per month: {cheap['precision']} (${cheap['cost_usd_per_month']:,.2f})"
+        )
+    out.append(
+        "精度：FP16/BF16 不改变输出；NF4、INT8、FP8 会改变输出，换用前请在自己的评测集上检查质量"
+        if zh
+        else "accuracy: FP16/BF16 keep outputs; NF4, INT8 and FP8 change them, so check quality "
+        "on your own evaluation set before switching"
+    )
+    title = "其他取舍" if zh else "Other trade-offs"
+    return [_head(title, L), *(f"- {line}" for line in out), ""]
 
 
 def _relevant_evidence(rows: list[dict[str, Any]], gpu: str | None) -> list[dict[str, Any]]:
