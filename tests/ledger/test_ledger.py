@@ -19,6 +19,7 @@ from ecoguard import events
 from ecoguard.cli import main
 from ecoguard.energy import GenerationRecord
 from ecoguard.export import ledger as ledger_mod
+from ecoguard.export import ledger_db
 from ecoguard.export.ledger import SCHEMA_VERSION, Ledger, LedgerWarning, read_rows, write_records
 from ecoguard.export.report import build_report, parse_since
 
@@ -297,7 +298,7 @@ def test_report_cli_text_json_and_bad_input(tmp_path, capsys):
 def test_failed_migration_step_rolls_back(tmp_path, monkeypatch):
     path = tmp_path / "m.sqlite"
     write_records(path, [make_record(i) for i in range(3)])
-    monkeypatch.setattr(ledger_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(ledger_db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     steps = ["ALTER TABLE generations ADD COLUMN extra REAL", "NOT SQL"]
     monkeypatch.setitem(ledger_mod.MIGRATIONS, SCHEMA_VERSION, tuple(steps))
     with pytest.raises(sqlite3.Error):
@@ -358,3 +359,30 @@ def test_measure_label_fills_the_label_column(tmp_path):
     conn.close()
     assert labels == [None, "nightly batch", "inner", "explicit"]
     assert [r.label for r in block.records] == ["nightly batch", "inner", "explicit"]
+
+
+def test_a_database_locked_by_another_writer_is_waited_out(tmp_path):
+    """Another process holding the write lock longer than SQLite's busy wait (forked workers,
+    a second service on the same file): the batch is tried again, not given up on, and the
+    ledger stays healthy."""
+    from ecoguard.faults import fault_counts, reset_faults
+
+    reset_faults()
+    path = tmp_path / "l.sqlite"
+    ledger = Ledger(path, busy_timeout_s=0.05).start(subscribe=False)
+    try:
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # the other writer's transaction
+        for i in range(5):
+            ledger.submit(make_record(i))
+        deadline = time.monotonic() + 10.0
+        while not fault_counts().get("ledger.locked") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fault_counts().get("ledger.locked"), "the writer never met the lock"
+        blocker.execute("COMMIT")
+        blocker.close()
+        assert ledger.flush(10.0)
+        stats = ledger.stats()
+    finally:
+        ledger.stop()
+    assert stats["written"] == 5 and stats["degraded"] is None and stats["healthy"]

@@ -25,6 +25,7 @@ import pytest
 
 from ecoguard.energy import GenerationRecord
 from ecoguard.export import ledger as ledger_mod
+from ecoguard.export import ledger_db
 from ecoguard.export.ledger import Ledger, LedgerWarning, read_rows, write_records
 
 
@@ -303,7 +304,7 @@ def test_migration_to_a_newer_schema_keeps_every_row(tmp_path, monkeypatch):
     write_records(path, records)
     before = read_rows(path)
     version = ledger_mod.SCHEMA_VERSION
-    monkeypatch.setattr(ledger_mod, "SCHEMA_VERSION", version + 1)
+    monkeypatch.setattr(ledger_db, "SCHEMA_VERSION", version + 1)
     monkeypatch.setitem(
         ledger_mod.MIGRATIONS,
         version,
@@ -329,7 +330,7 @@ def test_a_failed_migration_step_leaves_the_older_version_untouched(tmp_path, mo
     path = tmp_path / "ledger.sqlite"
     write_records(path, [make_record(i) for i in range(50)])
     version = ledger_mod.SCHEMA_VERSION
-    monkeypatch.setattr(ledger_mod, "SCHEMA_VERSION", version + 1)
+    monkeypatch.setattr(ledger_db, "SCHEMA_VERSION", version + 1)
     steps = ["ALTER TABLE generations ADD COLUMN energy_kwh REAL", "NOT VALID SQL"]
     monkeypatch.setitem(ledger_mod.MIGRATIONS, version, tuple(steps))
     with pytest.raises(sqlite3.Error):
