@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from ecoguard.config import Settings
 from ecoguard.guard.install import install
 
 
@@ -34,5 +35,7 @@ def _ensure_visible() -> None:
     logger.addHandler(handler)
 
 
-settings = install()
+# A bad ECOGUARD_* value is warned about and its default used: a typo in the environment must
+# never break the application's import (the CLI, reading the same variables, exits 2 instead).
+settings = install(settings=Settings.from_env(on_bad_value="warn"))
 _ensure_visible()

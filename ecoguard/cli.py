@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 from collections.abc import Sequence
 
@@ -69,6 +70,68 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# -- argument checks shared by every command ----------------------------------------------------
+#
+# argparse's float accepts "nan" and "inf", and any option accepts "" or text with terminal
+# escapes; each command would otherwise have to refuse them itself (most did not: NaN reached
+# --json output, an empty --model a TypeError, an ESC in --model the terminal). These checks run
+# on the parsed arguments of every command, before its handler.
+
+# Options naming a thing (a model, a GPU, a region, a time): never empty, never a control,
+# bidi or format character (echoed into answers and terminals), never undecodable bytes.
+NAME_OPTIONS: frozenset[str] = frozenset(
+    {"model", "gpu", "precision", "region", "since", "addr", "tier", "use", "holdout"}
+)
+# Options naming files or directories: never empty (an empty audit path meant ".").
+PATH_OPTIONS: frozenset[str] = frozenset(
+    {"paths", "ledger", "out", "output", "multiproc_dir", "exclude"}
+)
+# Numeric options that measure something: above zero.
+POSITIVE_OPTIONS: frozenset[str] = frozenset(
+    {"power", "throughput", "energy_per_1k", "params_b", "sample_hz"}
+)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """UsageError (exit 2) for a non-finite number, an empty value, or a name holding control
+    or bidi characters, in any command's parsed arguments."""
+    for name, value in vars(args).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise UsageError(f"{flag} must be a finite number, got {value}")
+            if name in POSITIVE_OPTIONS and value <= 0:
+                raise UsageError(f"{flag} must be above 0, got {value:g}")
+        elif name in NAME_OPTIONS and isinstance(value, str):
+            _check_name(flag, value)
+        elif name in PATH_OPTIONS:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, str) and not item.strip():
+                    what = "PATH" if name == "paths" else flag
+                    raise UsageError(f"empty {what}; give a file or directory name")
+
+
+def _check_name(flag: str, value: str) -> None:
+    if not value.strip():
+        raise UsageError(f"empty {flag}; give a value (see `ecoguard COMMAND --help`)")
+    bad = next((ch for ch in value if not ch.isprintable()), None)
+    if bad is not None:
+        kind = (
+            "an undecodable byte" if 0xDC80 <= ord(bad) <= 0xDCFF else "a control or bidi character"
+        )
+        raise UsageError(f"{flag} holds {kind} (U+{ord(bad):04X}); give plain printable text")
+
+
+def _os_error_text(exc: OSError) -> str:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return reason
+    name = repr(exc.filename) if not isinstance(exc.filename, int) else str(exc.filename)
+    if len(name) > 120:
+        name = name[:100] + "..." + name[-12:]
+    return f"{name}: {reason}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -79,9 +142,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if func is None:
             parser.print_help()
             return 2
+        check_arguments(args)
         return int(func(args) or 0)
     except UsageError as exc:
         print(f"ecoguard: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        # A file named on the command line that cannot be used (too long a name, a directory
+        # where a file is wanted, no permission): the user's to fix, said in one line.
+        print(f"ecoguard: error: {_os_error_text(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ecoguard: interrupted", file=sys.stderr)

@@ -22,7 +22,9 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
+import math
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +35,13 @@ MODES: tuple[str, ...] = ("warn", "fix", "strict")
 ACTIONS: tuple[str, ...] = ("warn", "fix", "strict", "off")
 BACKENDS: tuple[str, ...] = ("auto", "nvml", "simulated", "null")
 LOG_FORMATS: tuple[str, ...] = ("lobster", "plain", "json")
+# Accepted ranges of the money and carbon overrides: a price or an intensity of 0, a negative
+# one, NaN or infinity is a typo, not a setting (PUE -3 once gave -112 USD, stored in the
+# ledger). PUE is total facility power over IT power, so never below 1.
+PRICE_RANGE_USD_PER_KWH = (0.0, 10.0)  # exclusive low, inclusive high
+GRID_RANGE_GCO2_PER_KWH = (0.0, 2000.0)
+PUE_RANGE = (1.0, 5.0)  # inclusive
+MAX_MONTHLY_REQUESTS = 10**12
 
 
 def default_ledger_path() -> Path:
@@ -93,14 +102,76 @@ class Settings:
             raise UsageError(f"max batch size must be 1 to 1024, got {self.max_batch_size!r}")
         if not 0 <= self.max_wait_ms <= 60_000:
             raise UsageError(f"max wait must be 0 to 60000 ms, got {self.max_wait_ms!r}")
-        if self.monthly_requests < 0:
-            raise UsageError(f"monthly requests must be >= 0, got {self.monthly_requests!r}")
+        if (
+            isinstance(self.monthly_requests, bool)
+            or not isinstance(self.monthly_requests, int)
+            or not 0 <= self.monthly_requests <= MAX_MONTHLY_REQUESTS
+        ):
+            raise UsageError(
+                f"monthly requests (ECOGUARD_MONTHLY_REQUESTS) must be a whole number from 0 to {MAX_MONTHLY_REQUESTS:.0e}, "
+                f"got {self.monthly_requests!r}"
+            )
+        _check_range(
+            "electricity price", self.price_usd_per_kwh, PRICE_RANGE_USD_PER_KWH, "USD/kWh"
+        )
+        _check_range(
+            "grid intensity (ECOGUARD_GRID_GCO2_PER_KWH)",
+            self.grid_gco2_per_kwh,
+            GRID_RANGE_GCO2_PER_KWH,
+            "gCO2/kWh",
+        )
+        if self.pue is not None and not (
+            _finite(self.pue) and PUE_RANGE[0] <= self.pue <= PUE_RANGE[1]
+        ):
+            raise UsageError(
+                f"PUE (ECOGUARD_PUE) must be a number from {PUE_RANGE[0]:g} to {PUE_RANGE[1]:g} (facility power "
+                f"over IT power; 1.1-1.6 is typical), got {self.pue!r}"
+            )
+        if not isinstance(self.metrics_addr, str) or not _plain_text(self.metrics_addr):
+            raise UsageError(
+                f"metrics address (ECOGUARD_METRICS_ADDR) must be a host name or IP address such as 127.0.0.1, "
+                f"got {self.metrics_addr!r}"
+            )
+        for name in ("region", "simulated_gpu"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _plain_text(value):
+                raise UsageError(f"{name.replace('_', ' ')} must be a plain name, got {value!r}")
         return self
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-        """Settings from ECOGUARD_* variables, then explicit ``overrides`` on top."""
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        on_bad_value: str = "raise",
+        **overrides: object,
+    ) -> Settings:
+        """Settings from ECOGUARD_* variables, then explicit ``overrides`` on top.
+
+        A bad variable raises UsageError naming it and what it accepts. With
+        ``on_bad_value="warn"`` (``import ecoguard.auto``: an environment typo must never
+        break the application's import) each bad variable is instead warned about once and
+        its documented default used."""
+        if on_bad_value not in ("raise", "warn"):
+            raise ValueError(f"on_bad_value must be 'raise' or 'warn', got {on_bad_value!r}")
+        if on_bad_value == "warn":
+            return _lenient_from_env(cls, environ, overrides)
         env = os.environ if environ is None else environ
+        try:
+            return cls._read_env(env, overrides)
+        except UsageError as exc:
+            # Name the variable at fault (a message such as "sample rate must be 0.1 to 1000
+            # Hz" does not say where the value came from); a bad override keeps its message.
+            for name, value in _present(env):
+                try:
+                    cls._read_env({name: value}, {})
+                except UsageError as own:
+                    shown = value if len(value) <= 40 else value[:40] + "..."
+                    raise UsageError(f"{name}={shown!r}: {own}") from None
+            raise exc from None
+
+    @classmethod
+    def _read_env(cls, env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         values: dict[str, object] = {}
 
         def get(name: str) -> str | None:
@@ -127,6 +198,9 @@ class Settings:
             values["metrics_addr"] = v
         if (v := get("REGION")) is not None:
             values["region"] = v.lower()
+            from ecoguard.knowledge import region
+
+            region(v.lower())  # an unknown region names the accepted ones
         if (v := get("PRICE_USD_PER_KWH")) is not None:
             values["price_usd_per_kwh"] = _number("ECOGUARD_PRICE_USD_PER_KWH", v, float)
         if (v := get("GRID_GCO2_PER_KWH")) is not None:
@@ -134,7 +208,7 @@ class Settings:
         if (v := get("PUE")) is not None:
             values["pue"] = _number("ECOGUARD_PUE", v, float)
         if (v := get("MONTHLY_REQUESTS")) is not None:
-            values["monthly_requests"] = int(_number("ECOGUARD_MONTHLY_REQUESTS", v, float))
+            values["monthly_requests"] = _count("ECOGUARD_MONTHLY_REQUESTS", v)
         if (v := get("LOG_FORMAT")) is not None:
             values["log_format"] = v.lower()
         if (v := get("BATCHING")) is not None:
@@ -173,9 +247,99 @@ def parse_rule_overrides(text: str) -> dict[str, str]:
 
 def _number(name: str, raw: str, kind: type) -> float | int:
     try:
-        return kind(raw)
+        value = kind(raw)
     except ValueError:
         raise UsageError(f"{name} must be a number, got {raw!r}") from None
+    if not _finite(value):
+        raise UsageError(f"{name} must be a finite number, got {raw!r}")
+    return value
+
+
+def _count(name: str, raw: str) -> int:
+    """A whole number written as ``1000000``, ``1e6`` or ``1_000_000``."""
+    value = _number(name, raw, float)
+    if not float(value).is_integer() or not 0 <= value <= MAX_MONTHLY_REQUESTS:
+        raise UsageError(
+            f"{name} must be a whole number from 0 to {MAX_MONTHLY_REQUESTS:.0e} (e.g. 1e6), "
+            f"got {raw!r}"
+        )
+    return int(value)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_range(what: str, value: float | None, bounds: tuple[float, float], unit: str) -> None:
+    low, high = bounds
+    if value is not None and not (_finite(value) and low < value <= high):
+        raise UsageError(
+            f"{what} must be a number above {low:g} and at most {high:g} {unit}, got {value!r}"
+        )
+
+
+def _plain_text(text: str) -> bool:
+    """Non-empty, printable (no control, bidi or format characters) and valid Unicode."""
+    return bool(text.strip()) and text.isprintable()
+
+
+def _present(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The ECOGUARD_* variables Settings reads that are set (non-blank) in ``env``."""
+    found = []
+    for suffix in _ENV_FIELDS:
+        raw = env.get("ECOGUARD_" + suffix)
+        if raw is not None and raw.strip():
+            found.append(("ECOGUARD_" + suffix, raw))
+    return found
+
+
+# Which field each variable sets (for the lenient reading of ecoguard.auto).
+_ENV_FIELDS: dict[str, str] = {
+    "MODE": "mode",
+    "RULES": "rules",
+    "BACKEND": "backend",
+    "SIMULATED_GPU": "simulated_gpu",
+    "SAMPLE_HZ": "sample_hz",
+    "MEASURE": "measure",
+    "LEDGER": "ledger_path",
+    "METRICS_PORT": "metrics_port",
+    "METRICS_ADDR": "metrics_addr",
+    "REGION": "region",
+    "PRICE_USD_PER_KWH": "price_usd_per_kwh",
+    "GRID_GCO2_PER_KWH": "grid_gco2_per_kwh",
+    "PUE": "pue",
+    "MONTHLY_REQUESTS": "monthly_requests",
+    "LOG_FORMAT": "log_format",
+    "BATCHING": "batching",
+    "MAX_BATCH_SIZE": "max_batch_size",
+    "MAX_WAIT_MS": "max_wait_ms",
+}
+
+
+def _lenient_from_env(
+    cls: type[Settings], environ: Mapping[str, str] | None, overrides: dict[str, object]
+) -> Settings:
+    """Each ECOGUARD_* variable read on its own; a bad one is warned about and left at its
+    default, so the others still apply. Explicit ``overrides`` are the caller's code: a bad
+    one still raises."""
+    env = os.environ if environ is None else environ
+    kept = {key: value for key, value in env.items() if not key.startswith("ECOGUARD_")}
+    for suffix, field_name in _ENV_FIELDS.items():
+        name = "ECOGUARD_" + suffix
+        if name not in env:
+            continue
+        try:
+            cls._read_env({name: env[name]}, {})
+        except UsageError as exc:
+            default = getattr(cls(), field_name)
+            warnings.warn(
+                f"ecoguard: ignoring {name}: {exc}; using the default ({default!r})",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            continue
+        kept[name] = env[name]
+    return cls.from_env(kept, **overrides)
 
 
 def _flag(name: str, raw: str) -> bool:

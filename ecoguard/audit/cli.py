@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     from ecoguard.audit import audit_paths
-    from ecoguard.audit.render import render_json, render_sarif, render_text
+    from ecoguard.audit.render import render_json, render_sarif, render_text, shown
     from ecoguard.findings import Mood
 
     result = audit_paths(args.paths, gpu=args.gpu, exclude=args.exclude)
@@ -74,7 +74,8 @@ def run_audit(args: argparse.Namespace) -> int:
         report = render_text(result, color=to_terminal)
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8") as handle:
+            # backslashreplace: a stray undecodable file name never loses the whole report
+            with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as handle:
                 handle.write(report)
         except OSError as exc:
             from ecoguard.errors import UsageError
@@ -83,5 +84,8 @@ def run_audit(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(report)
     for problem in result.errors:
-        print(f"ecoguard audit: {problem.path}: {problem.kind}: {problem.message}", file=sys.stderr)
+        print(
+            f"ecoguard audit: {shown(problem.path)}: {problem.kind}: {shown(problem.message)}",
+            file=sys.stderr,
+        )
     return result.exit_code(Mood(args.severity))

@@ -22,6 +22,42 @@ SARIF_LEVELS: dict[Mood, str] = {
 }
 
 
+# -- names from the file system ----------------------------------------------------------
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on one terminal line: a file name may hold a newline (which
+    would forge a report line), terminal escapes (ANSI colours, cursor moves), bidi controls
+    (which reorder what is shown) or bytes that are not UTF-8 (surrogate escapes, which make
+    writing fail). Each is shown as a backslash escape instead; other text is unchanged."""
+    if text.isprintable():  # no control, format (bidi), separator or surrogate characters
+        return text
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+        for ch in _valid(text)
+    )
+
+
+def _valid(text: str) -> str:
+    """Undecodable bytes (surrogate escapes, as os.listdir gives them) as ``\\xff`` text."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _valid_json(value: Any) -> Any:
+    """A JSON-ready structure whose strings all encode to UTF-8 (file names may not)."""
+    if isinstance(value, str):
+        return _valid(value)
+    if isinstance(value, dict):
+        return {_valid(str(k)): _valid_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_valid_json(v) for v in value]
+    return value
+
+
 # -- text ---------------------------------------------------------------------------------
 
 
@@ -38,7 +74,7 @@ def render_text(result: AuditResult, *, color: bool = False) -> str:
         key=lambda kv: (-max(i.mood.rank for i in kv[1]), kv[0]),
     )
     for path, items in ordered:
-        lines.append(_paint(path, "1", color))
+        lines.append(_paint(shown(path), "1", color))
         items.sort(key=lambda i: (-i.mood.rank, *_position(i.location)))
         for item in items:
             lines.extend(_text_item(item, color))
@@ -46,7 +82,7 @@ def render_text(result: AuditResult, *, color: bool = False) -> str:
     if result.problems:
         lines.append(_paint("files not audited:", "1", color))
         for problem in result.problems:
-            lines.append(f"  {_problem_text(problem)}")
+            lines.append(f"  {shown(_problem_text(problem))}")
         lines.append("")
     lines.append(_summary(result))
     return "\n".join(lines) + "\n"
@@ -130,7 +166,7 @@ def _paint(text: str, code: str, color: bool) -> str:
 
 
 def render_json(result: AuditResult) -> str:
-    return json.dumps(result.to_dict(), indent=2, sort_keys=False, default=str) + "\n"
+    return json.dumps(_valid_json(result.to_dict()), indent=2, sort_keys=False, default=str) + "\n"
 
 
 # -- SARIF --------------------------------------------------------------------------------
@@ -228,7 +264,7 @@ def to_sarif(result: AuditResult) -> dict[str, Any]:
 
 
 def render_sarif(result: AuditResult) -> str:
-    return json.dumps(to_sarif(result), indent=2) + "\n"
+    return json.dumps(_valid_json(to_sarif(result)), indent=2) + "\n"
 
 
 def _sarif_result(
@@ -291,7 +327,9 @@ def _sarif_location(location: Location) -> dict[str, Any]:
 def _uri(path: str) -> str:
     from urllib.parse import quote
 
-    quoted = quote(path.replace("\\", "/"), safe="/@-._~")
+    # The file name's own bytes, percent-encoded (a name that is not UTF-8 keeps its bytes).
+    raw = path.replace("\\", "/").encode("utf-8", "surrogateescape")
+    quoted = quote(raw, safe="/@-._~")
     return f"file://{quoted}" if quoted.startswith("/") else quoted
 
 

@@ -93,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env(simulated_gpu=args.simulated_gpu)
     resolve_gpu(settings.simulated_gpu)  # an unknown simulated GPU is a usage error, said early
     dataset = None if args.no_save else local_data_path()
+    if args.out:
+        _check_out_path(Path(args.out))
 
     # Heavy imports only now that the input is known to be good.
     from ecoguard.bench import dataset as data
@@ -234,3 +236,19 @@ def _quote(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
+
+
+def _check_out_path(path: Path) -> None:  # noqa: F821 - pathlib is imported in run()
+    """``--out`` names a CSV file to write: said before the runs, not after minutes of them."""
+    from ecoguard.errors import UsageError
+
+    try:
+        is_dir, parent_is_dir = path.is_dir(), path.parent.is_dir()
+    except OSError as exc:  # a name too long, or not a name this file system takes
+        raise UsageError(f"--out cannot be used as a file name: {exc.strerror}") from None
+    if is_dir:
+        raise UsageError(f"--out {str(path)!r} is a directory; give a file name such as bench.csv")
+    if not parent_is_dir:
+        raise UsageError(
+            f"--out {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first"
+        )

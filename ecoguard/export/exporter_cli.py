@@ -86,6 +86,21 @@ def build_registry(settings: Any, meter: Any, multiproc_dir: str | None) -> Any:
     return registry
 
 
+def _check_address(addr: str, port: int, source: str) -> None:
+    """UsageError for an address that cannot be bound whatever the port: bytes that are not a
+    host name, or a name that does not resolve (the bind error read 'pick another port')."""
+    import socket
+
+    try:
+        socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError, ValueError, TypeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise UsageError(
+            f"{source} {addr!r} is not an address this machine can listen on ({reason}); give "
+            "an IP address such as 127.0.0.1, ::1 or 0.0.0.0, or a host name that resolves"
+        ) from None
+
+
 def run_exporter(args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -108,13 +123,26 @@ def run_exporter(args: argparse.Namespace) -> int:
             f"multiprocess directory {multiproc_dir!r} does not exist; create it (empty) before "
             "starting the workers and the exporter, and pass the same path to both"
         )
+    _check_address(settings.metrics_addr, port, "--addr" if args.addr else "ECOGUARD_METRICS_ADDR")
     try:
         from ecoguard.energy import start_meter, stop_meter
     except ImportError as exc:
         print(f"ecoguard: the energy meter is not available: {exc}", file=sys.stderr)
         return 1
+    from ecoguard.errors import BackendError
 
-    meter = start_meter(settings)
+    try:
+        meter = start_meter(settings)
+    except BackendError as exc:
+        # Asked for NVML where there is no driver (or the GPU is gone): a failed check, not a
+        # traceback. auto falls back to the simulated backend by itself.
+        print(
+            f"ecoguard exporter: the {settings.backend} power backend is not available: {exc}. "
+            "Check the NVIDIA driver (nvidia-smi), or use --backend auto (falls back when no "
+            "GPU answers) or --backend simulated to try the exporter without a GPU.",
+            file=sys.stderr,
+        )
+        return 1
     try:
         registry = build_registry(settings, meter, multiproc_dir)
         if args.once:

@@ -1237,15 +1237,23 @@ def _start_metrics_server(
     registry.register(collector)
     try:
         httpd = _MetricsHTTPServer((addr, port), registry)
-    except OSError as exc:
+    except (OSError, UnicodeError, ValueError, TypeError) as exc:
         registry.unregister(collector)
+        if isinstance(exc, socket.gaierror) or not isinstance(exc, OSError):
+            # The address itself is the problem (a name that does not resolve): not the port.
+            way_out = "Set ECOGUARD_METRICS_ADDR to an IP address such as 127.0.0.1"
+        else:
+            way_out = (
+                "Choose another port with ECOGUARD_METRICS_PORT (0 picks a free one) or "
+                "install(metrics_port=...)"
+            )
         _log.error(
             "ecoguard: cannot serve metrics on %s:%d (%s); the application goes on without "
-            "/metrics. Choose another port with ECOGUARD_METRICS_PORT (0 picks a free one) or "
-            "install(metrics_port=...).",
+            "/metrics. %s.",
             addr,
             port,
-            exc.strerror or exc,
+            getattr(exc, "strerror", None) or exc,
+            way_out,
         )
         record_fault("metrics.bind", exc)
         return None

@@ -28,6 +28,9 @@ _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$", re.IGNORECASE)
 _UNIT_S = {"m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 SINCE_FORMATS = "7d, 24h, 30m, 2w (ago) or a local date/time 2026-11-01, 2026-11-01T08:00"
 JOULES_PER_KWH = 3.6e6
+EARLIEST_SINCE = "1970-01-02"
+_EARLIEST_SINCE_S = 86400.0  # 1970-01-02 UTC: a day of margin for any local time zone
+_LATEST_SINCE_S = 253370764800.0  # 9999-01-01 UTC: later cannot be shown as a date
 
 
 def parse_since(text: str, *, now: float | None = None) -> float:
@@ -35,12 +38,25 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     now = _dt.datetime.now().timestamp() if now is None else now
     match = _RELATIVE.match(text or "")
     if match:
-        return now - float(match.group(1)) * _UNIT_S[match.group(2).lower()]
-    try:
-        when = _dt.datetime.fromisoformat(text.strip())
-    except (ValueError, AttributeError):
-        raise UsageError(f"bad --since {text!r}; accepted: {SINCE_FORMATS}") from None
-    return when.timestamp()
+        since = now - float(match.group(1)) * _UNIT_S[match.group(2).lower()]
+    else:
+        try:
+            since = _dt.datetime.fromisoformat(text.strip()).timestamp()
+        except (ValueError, AttributeError, OverflowError, OSError):
+            # (a date the platform cannot place in time, such as 0001-01-01, lands here too)
+            raise UsageError(
+                f"bad --since {text!r}; accepted: {SINCE_FORMATS}, from {EARLIEST_SINCE} on"
+            ) from None
+    # The ledger starts in 1970: a time before it (20 digits of days, year 1) is a typo, and
+    # it could not be shown as a date either.
+    if not since >= _EARLIEST_SINCE_S:
+        raise UsageError(
+            f"--since {text!r} is before {EARLIEST_SINCE}; give a later date or a shorter span "
+            f"({SINCE_FORMATS})"
+        )
+    if since >= _LATEST_SINCE_S:
+        raise UsageError(f"--since {text!r} is after the year 9998; give an earlier date")
+    return since
 
 
 def _day_of(timestamp: float) -> str:

@@ -199,3 +199,29 @@ def test_many_broken_notebook_cells_are_each_reported_once(tmp_path):
     assert {(p.kind, p.line) for p in result.problems} == {("syntax-error", 1)}
     assert [p.cell for p in result.problems] == list(range(1, 301))
     assert [(f.rule, f.location.cell) for f in result.findings] == [("int8-mixed", 301)]
+
+
+def test_file_names_cannot_forge_report_lines_or_break_sarif(tmp_path):
+    """A name with a newline and an ANSI escape could forge a line (or recolour the terminal)
+    in the text report; a name that is not UTF-8 (a surrogate escape from os.listdir) crashed
+    the SARIF and JSON renderers and ``-o``."""
+    from ecoguard.audit.render import render_json, render_sarif, render_text
+    from ecoguard.cli import main
+
+    forged = "a\nfake.py:1:1 red int8-mixed\x1b[2J.py"
+    (tmp_path / forged).write_text(TRAP)
+    (tmp_path / os.fsdecode(b"bad\xff.py")).write_text(TRAP)
+    result = audit_paths([tmp_path])
+    assert len(result.findings) == 2
+    text = render_text(result)
+    assert "\x1b" not in text and "\ufffd" not in text
+    assert "a\\nfake.py:1:1 red int8-mixed\\x1b[2J.py" in text
+    assert "bad\\xff.py" in text
+    assert not any(line.startswith("fake.py") for line in text.splitlines())
+    for rendered in (render_json(result), render_sarif(result)):
+        rendered.encode("utf-8")  # no lone surrogate left
+        json.loads(rendered)
+    assert "bad%FF.py" in render_sarif(result)  # the URI keeps the file's own byte
+    out = tmp_path / "report.sarif"
+    assert main(["audit", str(tmp_path), "--format", "sarif", "-o", str(out)]) == 1
+    json.loads(out.read_text(encoding="utf-8"))

@@ -176,3 +176,18 @@ def test_a_body_that_cannot_be_skipped_closes_the_connection(idle_server, header
         reply = _read_response(sock)
         assert reply is not None and reply[0] in (200, 400)
         assert _no_more_data(sock)  # closed after the reply; nothing parsed from the body
+
+
+def test_an_unresolvable_address_is_logged_as_the_address_not_the_port(caplog, clean_metrics):
+    """install() with ECOGUARD_METRICS_ADDR naming no host: the app goes on without /metrics,
+    and the log points at the address (it used to say 'choose another port')."""
+    from ecoguard.config import Settings
+
+    with caplog.at_level("ERROR", logger="ecoguard"):
+        server = prom.start_metrics_server(
+            Settings(metrics_port=0, metrics_addr="no-such-host.invalid"),
+            registry=CollectorRegistry(auto_describe=False),
+            aggregates=prom.GenerationAggregates(),
+        )
+    assert server is None
+    assert "ECOGUARD_METRICS_ADDR" in caplog.text and "another port" not in caplog.text
