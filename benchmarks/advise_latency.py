@@ -23,6 +23,12 @@ QUESTIONS = (
     "Should I use FP8 on Blackwell?",
     "Why is 4-bit sometimes worse?",
     "我想用 Yi-6B 跑 100 万字, 要花多少钱?",
+    # issue 22: served uses with batching advice, rates, no model, unlisted cards, pasted code
+    "Chatbot with 500 concurrent users, Mistral-7B on A800",
+    "100 requests per second with Qwen2.5-7B on H100",
+    "我的服务用了load_in_8bit=True，电费很高，怎么办？",
+    "Qwen2.5-7B on an RTX 4080, greenest config?",
+    "audit my code: model = AutoModelForCausalLM.from_pretrained('x', load_in_8bit=True)",
 )
 
 
