@@ -472,9 +472,9 @@ def test_fleet_rules_never_join_or_group_on_instance():
         expr = rule["expr"]
         for clause in re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", expr):
             names = {name.strip() for name in clause.split(",") if name.strip()}
-            assert "instance" not in names, (rule["record"], clause)
+            assert "instance" not in names, (rule.get("record", rule.get("alert")), clause)
             if names:
-                assert "cluster" in names, (rule["record"], clause)
+                assert "cluster" in names, (rule.get("record", rule.get("alert")), clause)
 
 
 def test_tariff_is_ecoguards_default_region():
@@ -486,6 +486,7 @@ def test_tariff_is_ecoguards_default_region():
         rule["record"]: rule["expr"]
         for group in yaml.safe_load(FLEET_RULES.read_text())["groups"]
         for rule in group["rules"]
+        if "record" in rule
     }
 
     def constant(record: str) -> float:
@@ -494,3 +495,108 @@ def test_tariff_is_ecoguards_default_region():
     assert constant("fleet:electricity_price_usd_per_kwh") == grid.price_usd_per_kwh
     assert constant("fleet:grid_intensity_gco2_per_kwh") == grid.gco2_per_kwh
     assert constant("fleet:power_usage_effectiveness:ratio") == grid.pue
+
+
+def test_mig_gpu_counted_once_and_split_between_its_pods(tmp_path):
+    """DCGM repeats a MIG GPU's device energy on each instance's series (GPU_I_ID), each
+    attributed to the pod using that instance. The GPU counts once for its node; its power is
+    split evenly between the two pods (DCGM has no per-instance energy)."""
+    dcgm = dict(Hostname="node-m", instance="10.0.2.1:9400", job="dcgm")
+    series = [
+        _dcgm_energy(
+            300,
+            UUID="GPU-m0",
+            GPU_I_ID="1",
+            GPU_I_PROFILE="3g.40gb",
+            namespace="team-a",
+            pod="a-0",
+            **dcgm,
+        ),
+        _dcgm_energy(
+            300,
+            UUID="GPU-m0",
+            GPU_I_ID="2",
+            GPU_I_PROFILE="3g.40gb",
+            namespace="team-b",
+            pod="b-0",
+            **dcgm,
+        ),
+        _tokens("vllm:generation_tokens_total", 50, namespace="team-a", pod="a-0", model_name=QWEN),
+        _tokens("vllm:generation_tokens_total", 30, namespace="team-b", pod="b-0", model_name=QWEN),
+    ]
+    result = _promtool(
+        tmp_path,
+        [
+            {
+                "interval": "15s",
+                "input_series": series,
+                "promql_expr_test": [
+                    _expect(
+                        "10m",
+                        "round(fleet_node:gpu_power_watts:rate5m)",
+                        [('{node="node-m"}', 300)],
+                    ),
+                    _expect(
+                        "10m",
+                        "round(fleet_namespace:gpu_power_watts:rate5m)",
+                        [('{namespace="team-a"}', 150), ('{namespace="team-b"}', 150)],
+                    ),
+                    # 300 W / 80 tok/s over the GPU's two tenants.
+                    _expect(
+                        "10m",
+                        _milli("fleet_model:energy_per_token_joules:rate5m"),
+                        [(f'{{model_name="{QWEN}"}}', 3750)],
+                    ),
+                ],
+            }
+        ],
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_alert_when_a_node_exporter_sees_no_gpu(tmp_path):
+    target = dict(ecoguard_scope="node", namespace="ecoguard", job="ecoguard-exporter")
+    series = [
+        # node-a: samples and sees its GPU; node-b: samples but NVML lists nothing.
+        {
+            "series": "ecoguard_sampler_samples_total{"
+            + _labels(node="node-a", pod="ecoguard-exporter-a", **target)
+            + "}",
+            "values": _counter(10),
+        },
+        _ecoguard_gpu("GPU-a0", 300, node="node-a", pod="ecoguard-exporter-a", **target),
+        {
+            "series": "ecoguard_sampler_samples_total{"
+            + _labels(node="node-b", pod="ecoguard-exporter-b", **target)
+            + "}",
+            "values": _counter(10),
+        },
+    ]
+    result = _promtool(
+        tmp_path,
+        [
+            {
+                "interval": "15s",
+                "input_series": series,
+                "alert_rule_test": [
+                    {
+                        "eval_time": "11m",
+                        "alertname": "EcoguardNodeExporterSeesNoGpu",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"node": "node-b", "severity": "warning"},
+                                "exp_annotations": {
+                                    "summary": "ecoguard's exporter on node node-b sees no GPU",
+                                    "description": "The exporter samples but NVML lists no GPU "
+                                    "in its container. Check that the NVIDIA runtime serves the "
+                                    "pod (the nvidia-runtime-class component) and that it honours "
+                                    "NVIDIA_VISIBLE_DEVICES for unprivileged containers.",
+                                },
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
