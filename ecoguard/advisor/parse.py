@@ -495,34 +495,40 @@ _ESTIMATE_WORDS = (
 )
 
 
-def _choose_protocol(lower: str, facts: dict[str, object]) -> tuple[str, str]:
+@dataclass(frozen=True, slots=True)
+class ProtocolSignals:
+    """The facts that steer the protocol choice besides the question's words."""
+
+    paths: tuple[str, ...] = ()
+    code: str | None = None
+    precisions: tuple[str, ...] = ()
+    observed: bool = False
+    volume: bool = False
+    model: str | None = None
+    gpu: str | None = None
+
+
+def _choose_protocol(lower: str, signals: ProtocolSignals) -> tuple[str, str]:
     """Pick the protocol from keywords and the facts found. Order matters: an audit names files,
     a comparison asks for several precisions, a diagnosis reports a problem or a figure."""
-    if facts.get("paths") or _has_any(lower, _AUDIT_WORDS):
+    if signals.paths or _has_any(lower, _AUDIT_WORDS):
         return "audit", "names source files or asks for an audit"
-    if facts.get("code"):
+    if signals.code:
         return "audit", "pastes code: audited as text, never run"
-    precisions = facts.get("precisions") or ()
-    if _has_any(lower, _COMPARE_WORDS) or (
-        (" or " in lower or "还是" in lower) and len(precisions) >= 2  # type: ignore[arg-type]
-    ):
+    several = len(signals.precisions) >= 2
+    if _has_any(lower, _COMPARE_WORDS) or ((" or " in lower or "还是" in lower) and several):
         return "compare", "asks to compare configurations"
-    if any(
-        facts.get(k) is not None
-        for k in ("observed_throughput_tok_s", "observed_power_w", "observed_energy_j_per_1k")
-    ):
+    if signals.observed:
         return "diagnose", "reports a measured figure to check"
     if _has_any(lower, _DIAGNOSE_WORDS):
         return "diagnose", "reports a problem or asks why"
     if _has_any(lower, _OPTIMIZE_WORDS):
         return "optimize", "asks for the best configuration"
-    if _has_any(lower, _ESTIMATE_WORDS) or any(
-        facts.get(k) is not None for k in ("requests_per_month", "total_tokens", "hours_per_day")
-    ):
+    if _has_any(lower, _ESTIMATE_WORDS) or signals.volume:
         return "estimate", "asks what it will cost"
-    if facts.get("model") is not None:
+    if signals.model is not None:
         return "estimate", "names a model without a specific request; estimating it"
-    if precisions and facts.get("gpu") is not None:
+    if signals.precisions and signals.gpu is not None:
         # "FP8 on Blackwell?": a precision on a GPU, no model: every measured model on that GPU.
         return "compare", "asks about a precision on a GPU without a model"
     raise UsageError(
@@ -790,79 +796,31 @@ def _first_group(m: re.Match[str]) -> str:
     return next(g for g in m.groups() if g is not None)
 
 
-def parse_question(text: object) -> ParsedQuestion:
-    """Parse a free-text question. Raises UsageError for bad input or contradictions."""
-    question = check_question(text)
-    language = detect_language(question)
-    lower = question.lower()
-    conversions: list[Conversion] = []
-    out_of_data: list[OutOfData] = []
-    notes: list[str] = []
-    facts: dict[str, object] = {}
+@dataclass(frozen=True, slots=True)
+class CodeFlags:
+    """Code flags that refine the precisions named (``llm_int8_threshold=0.0`` -> pure INT8)."""
 
-    tokens = _tokens(question)
-    models = _find_models(tokens)
-    gpus, vendor = _find_gpus(tokens, conversions)
-    paths = _find_paths(tokens)
-    precisions_found = _find_precisions(question, tokens)
+    precisions: tuple[str, ...]
+    int8_threshold: float | None = None
+    double_quant: bool | None = None
+    compiled: bool | None = None
 
-    # Everything below reads numbers: hide model and GPU names so "Qwen2.5-7B" is not 7e9 and
-    # "H100" is not 100 of anything.
-    masked = _mask(question, [(s, e) for s, e, *_ in models] + [(s, e) for s, e, _ in gpus])
-    # "a million requests", "half a million" -> digits, so one number grammar serves all.
-    masked = words_to_digits(masked)
-    masked_lower = masked.lower()
 
-    if models:
-        distinct = {m[2].lower() for m in models}
-        facts["model"], facts["model_size_b"] = models[0][2], models[0][3]
-        if len(distinct) > 1:
-            sizes = {m[3] for m in models}
-            if len(sizes) > 1:
-                raise UsageError(
-                    "the question names more than one model ("
-                    + ", ".join(m[2] for m in models)
-                    + "); ask about one model at a time"
-                )
-    gpu_list: list[str] = []
-    for _s, _e, g in gpus:
-        if g not in gpu_list:
-            gpu_list.append(g)
-    if gpu_list:
-        facts["gpu"] = gpu_list[0]
-    if vendor is not None:
-        out_of_data.append(
-            OutOfData(
-                "amd-gpu" if vendor.key == "amd" else "accelerator",
-                f"{vendor.name}: every reference row was measured on NVIDIA GPUs, and no "
-                "measured factor carries an NVIDIA figure to it",
-                vendor.key,
-            )
-        )
-    precisions: list[str] = []
-    for _pos, p in precisions_found:
-        if p not in precisions:
-            precisions.append(p)
-    facts["precisions"] = tuple(precisions)
-    for word, label in _OTHER_QUANT.items():
-        if re.search(rf"\b{word}\b", lower):
-            out_of_data.append(
-                OutOfData("quant-method", f"{label}: no reference row measures {label} kernels")
-            )
-
-    # Code flags that refine a precision.
+def _code_flags(question: str, found: list[tuple[int, str]]) -> CodeFlags:
+    precisions = list(dict.fromkeys(p for _pos, p in found))
+    threshold: float | None = None
     m = re.search(rf"llm_int8_threshold\s*=\s*({NUMBER})", question, re.I)
     if m:
-        facts["int8_threshold"] = float(m.group(1))
-        if float(m.group(1)) == 0.0:
+        threshold = float(m.group(1))
+        if threshold == 0.0:
             precisions = ["int8_pure" if p == "int8_mixed" else p for p in precisions]
             if "int8_pure" not in precisions:
                 precisions.insert(0, "int8_pure")
+    double_quant = None
     if re.search(r"bnb_4bit_use_double_quant\s*=\s*true", question, re.I):
-        facts["double_quant"] = True
+        double_quant = True
         precisions = ["nf4_dq" if p == "nf4" else p for p in precisions]
-    if re.search(r"torch\.compile|compile\s*=\s*true", question, re.I):
-        facts["compiled"] = True
+    compiled = True if re.search(r"torch\.compile|compile\s*=\s*true", question, re.I) else None
     if re.search(r"load_in_8bit\s*=\s*true", question, re.I) and re.search(
         r"load_in_4bit\s*=\s*true", question, re.I
     ):
@@ -870,9 +828,41 @@ def parse_question(text: object) -> ParsedQuestion:
             "contradiction: load_in_8bit=True and load_in_4bit=True cannot both be set; "
             "say which one the model is loaded with"
         )
-    facts["precisions"] = tuple(dict.fromkeys(precisions))
+    return CodeFlags(tuple(dict.fromkeys(precisions)), threshold, double_quant, compiled)
 
-    # Batch size.
+
+def _model(models: list[tuple[int, int, str, float | None]]) -> tuple[str | None, float | None]:
+    if not models:
+        return None, None
+    if len({m[2].lower() for m in models}) > 1 and len({m[3] for m in models}) > 1:
+        raise UsageError(
+            "the question names more than one model ("
+            + ", ".join(m[2] for m in models)
+            + "); ask about one model at a time"
+        )
+    return models[0][2], models[0][3]
+
+
+def _accelerator_out_of_data(vendor: Vendor | None, lower: str) -> list[OutOfData]:
+    out: list[OutOfData] = []
+    if vendor is not None:
+        out.append(
+            OutOfData(
+                "amd-gpu" if vendor.key == "amd" else "accelerator",
+                f"{vendor.name}: every reference row was measured on NVIDIA GPUs, and no "
+                "measured factor carries an NVIDIA figure to it",
+                vendor.key,
+            )
+        )
+    for word, label in _OTHER_QUANT.items():
+        if re.search(rf"\b{word}\b", lower):
+            out.append(
+                OutOfData("quant-method", f"{label}: no reference row measures {label} kernels")
+            )
+    return out
+
+
+def _batch_size(masked: str, lower: str, out_of_data: list[OutOfData]) -> int | None:
     _check_batch_sizes(masked)
     batches = {int(float(_first_group(b).replace(",", ""))) for b in _RE_BATCH.finditer(masked)}
     batches = {b for b in batches if b > 0}
@@ -881,25 +871,28 @@ def parse_question(text: object) -> ParsedQuestion:
             f"contradiction: more than one batch size given ({', '.join(map(str, sorted(batches)))}); "
             "give one, or ask to compare"
         )
-    if batches:
-        facts["batch_size"] = min(batches)
-        if max(batches) > 64:
-            out_of_data.append(
-                OutOfData("batch-size", f"batch size {max(batches)}: reference rows stop at 64")
-            )
+    if not batches:
+        return None
+    if max(batches) > 64:
+        out_of_data.append(
+            OutOfData("batch-size", f"batch size {max(batches)}: reference rows stop at 64")
+        )
+    return min(batches)
 
-    # Prompt / generation lengths and context.
-    for m in _RE_IN.finditer(masked):
-        facts.setdefault("prompt_tokens", int(_num(_first_group(m))))
-    for m in _RE_OUT.finditer(masked):
-        facts.setdefault("generation_tokens", int(_num(_first_group(m))))
+
+def _lengths(
+    masked: str, conversions: list[Conversion], out_of_data: list[OutOfData]
+) -> tuple[int | None, int | None]:
+    """Prompt and generated tokens (``512 in / 256 out``; a context length as the prompt)."""
+    prompt = next((int(_num(_first_group(m))) for m in _RE_IN.finditer(masked)), None)
+    generated = next((int(_num(_first_group(m))) for m in _RE_OUT.finditer(masked)), None)
     seq = 0
     for m in list(_RE_CONTEXT.finditer(masked)) + list(_RE_CONTEXT_AFTER.finditer(masked)):
         value = _num(m.group(1)) * (1000 if m.group(2) else 1)
         if value == 8 * 1000 and m.group(2):
             value = 8192
         seq = max(seq, int(value))
-    total_seq = (facts.get("prompt_tokens") or 0) + (facts.get("generation_tokens") or 0)  # type: ignore[operator]
+    total_seq = (prompt or 0) + (generated or 0)
     if max(seq, total_seq) > 4096:
         out_of_data.append(
             OutOfData(
@@ -907,8 +900,8 @@ def parse_question(text: object) -> ParsedQuestion:
                 f"sequence of {max(seq, total_seq):,} tokens: reference rows stop at 4,096",
             )
         )
-    if seq and "prompt_tokens" not in facts and seq <= 4096:
-        facts["prompt_tokens"] = seq
+    if seq and prompt is None and seq <= 4096:
+        prompt = seq
         conversions.append(
             Conversion(
                 "prompt_tokens",
@@ -918,23 +911,38 @@ def parse_question(text: object) -> ParsedQuestion:
                 "上下文长度按提示词长度计",
             )
         )
+    return prompt, generated
 
-    # Observed figures (diagnose).
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Figures the user measured (diagnose)."""
+
+    throughput_tok_s: float | None = None
+    power_w: float | None = None
+    energy_j_per_1k: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(
+            v is not None for v in (self.throughput_tok_s, self.power_w, self.energy_j_per_1k)
+        )
+
+
+def _observed(masked: str, conversions: list[Conversion]) -> Observed:
     m = _RE_THROUGHPUT.search(masked) or _RE_THROUGHPUT_CN.search(masked)
-    if m:
-        facts["observed_throughput_tok_s"] = _num(m.group(1))
+    throughput = _num(m.group(1)) if m else None
+    energy: float | None = None
     energy_span: tuple[int, int] | None = None
     m = _RE_ENERGY_1K.search(masked)
     if m:
-        facts["observed_energy_j_per_1k"] = _num(m.group(1))
-        energy_span = m.span()
+        energy, energy_span = _num(m.group(1)), m.span()
     else:
         m = _RE_ENERGY_TOKEN.search(masked) or _RE_ENERGY_TOKEN_CN.search(masked)
         if m:
             milli = m.group(2).lower().startswith("m") or m.group(2) == "毫焦"
             per_token = _num(m.group(1)) / (1000.0 if milli else 1.0)
-            facts["observed_energy_j_per_1k"] = per_token * 1000.0
-            energy_span = m.span()
+            energy, energy_span = per_token * 1000.0, m.span()
             conversions.append(
                 Conversion(
                     "observed_energy_j_per_1k",
@@ -944,53 +952,52 @@ def parse_question(text: object) -> ParsedQuestion:
                     "每 token 焦耳 x 1000 = 每千 token 焦耳",
                 )
             )
+    power: float | None = None
+    masked_lower = masked.lower()
     for m in _RE_POWER.finditer(masked):
         if energy_span and energy_span[0] <= m.start() < energy_span[1]:
             continue
         before = masked_lower[max(0, m.start() - 20) : m.start()]
         if "tdp" in before or "limit" in before:
             continue
-        facts["observed_power_w"] = _num(m.group(1))
+        power = _num(m.group(1))
         break
+    return Observed(throughput, power, energy)
 
-    # Hours of service a day, then every volume and rate (requests, users, tokens, text).
-    hours = hours_per_day(masked, lower)
-    if hours is not None:
-        facts["hours_per_day"] = hours
-    try:
-        volume = extract_volume(masked, language=language, hours_per_day=hours)
-    except ValueError as exc:
-        raise UsageError(
-            f"contradiction: more than one request volume given ({exc}); give one volume"
-        ) from None
-    conversions.extend(volume.conversions)
-    if volume.requests_per_month is not None:
-        facts["requests_per_month"] = volume.requests_per_month
-    if volume.concurrency is not None:
-        facts["concurrency"] = volume.concurrency
-    total_tokens: float | None = volume.total_tokens
-    facts["tokens_period"] = volume.tokens_period
-    if total_tokens is None:
-        m = _RE_BYTES.search(masked)
-        if m:
-            unit = m.group(2).lower()
-            size_bytes = _num(m.group(1)) * {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}[unit]
-            _before, after = _window(masked, m.start(), m.end(), after=20)
-            if "vram" not in after and "memory" not in after and "显存" not in after:
-                total_tokens = size_bytes / BYTES_PER_TOKEN
-                conversions.append(
-                    Conversion(
-                        "total_tokens",
-                        m.group(0).strip(),
-                        total_tokens,
-                        f"~{BYTES_PER_TOKEN:g} bytes of text per token",
-                        f"约 {BYTES_PER_TOKEN:g} 字节文本 = 1 token",
-                    )
-                )
-    if total_tokens is not None:
-        facts["total_tokens"] = round(total_tokens)
 
-    # Money: currency, exchange rate, electricity price.
+def _text_bytes(masked: str, conversions: list[Conversion]) -> float | None:
+    """``1 GB of text`` -> tokens (not ``80 GB of VRAM``)."""
+    m = _RE_BYTES.search(masked)
+    if not m:
+        return None
+    unit = m.group(2).lower()
+    size_bytes = _num(m.group(1)) * {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}[unit]
+    _before, after = _window(masked, m.start(), m.end(), after=20)
+    if "vram" in after or "memory" in after or "显存" in after:
+        return None
+    tokens = size_bytes / BYTES_PER_TOKEN
+    conversions.append(
+        Conversion(
+            "total_tokens",
+            m.group(0).strip(),
+            tokens,
+            f"~{BYTES_PER_TOKEN:g} bytes of text per token",
+            f"约 {BYTES_PER_TOKEN:g} 字节文本 = 1 token",
+        )
+    )
+    return tokens
+
+
+@dataclass(frozen=True, slots=True)
+class MoneyFacts:
+    currency: str = "USD"
+    cny_per_usd: float | None = None
+    price_per_kwh: float | None = None
+    price_currency: str | None = None
+
+
+def _money(lower: str, masked: str, language: str) -> MoneyFacts:
+    """The currency asked for, an exchange rate, and the electricity price and its currency."""
     currency = "USD"
     if re.search(r"人民币|\bcny\b|\brmb\b|元|块钱|yuan", lower) or (
         language == "zh"
@@ -1000,92 +1007,134 @@ def parse_question(text: object) -> ParsedQuestion:
     ):
         currency = "CNY"
     m = _RE_RATE.search(masked)
-    if m:
-        facts["cny_per_usd"] = _num(_first_group(m))
+    rate = _num(_first_group(m)) if m else None
     price = electricity_price(masked)
-    if price is not None:
-        facts["price_per_kwh"], facts["price_currency"] = price.per_kwh, price.currency
-        if price.currency not in ("USD", "CNY"):
-            currency = price.currency
+    if price is None:
+        return MoneyFacts(currency, rate)
+    if price.currency not in ("USD", "CNY"):
+        currency = price.currency
+    return MoneyFacts(currency, rate, price.per_kwh, price.currency)
 
-    # Region ("Chinese characters", "Chinese text" name a language, not a place).
+
+def _region(tokens: list[tuple[int, int, str]]) -> str | None:
+    """The first region named ("Chinese characters", "Chinese text" name a language)."""
     for i, (_s, _e, word) in enumerate(tokens):
         w = word.lower()
         nxt = tokens[i + 1][2].lower() if i + 1 < len(tokens) else ""
         if w == "chinese" and nxt in _LANGUAGE_NOUNS:
             continue
         if w in _REGIONS:
-            facts["region"] = _REGIONS[w]
-            break
+            return _REGIONS[w]
         if word.isascii():
             continue
         for zh, key in _REGIONS_HAN:
             if zh in word:
-                facts["region"] = key
-                break
-        if "region" in facts:
-            break
-    local = local_machine(question)
+                return key
+    return None
 
-    # Use, from the whole question.
+
+def parse_question(text: object) -> ParsedQuestion:
+    """Parse a free-text question. Raises UsageError for bad input or contradictions. Each
+    kind of fact has its own extractor; this function runs them in order and checks the
+    contradictions between them."""
+    question = check_question(text)
+    language = detect_language(question)
+    lower = question.lower()
+    conversions: list[Conversion] = []
+    notes: list[str] = []
+
+    tokens = _tokens(question)
+    models = _find_models(tokens)
+    gpus, vendor = _find_gpus(tokens, conversions)
+    paths = tuple(_find_paths(tokens))
+    flags = _code_flags(question, _find_precisions(question, tokens))
+    out_of_data = _accelerator_out_of_data(vendor, lower)
+
+    # Everything below reads numbers: hide model and GPU names so "Qwen2.5-7B" is not 7e9 and
+    # "H100" is not 100 of anything; "a million", "half a million" -> digits.
+    masked = _mask(question, [(s, e) for s, e, *_ in models] + [(s, e) for s, e, _ in gpus])
+    masked = words_to_digits(masked)
+
+    model, model_size_b = _model(models)
+    gpu_list = list(dict.fromkeys(g for _s, _e, g in gpus))
+    batch_size = _batch_size(masked, lower, out_of_data)
+    prompt_tokens, generation_tokens = _lengths(masked, conversions, out_of_data)
+    observed = _observed(masked, conversions)
+    hours = hours_per_day(masked, lower)
+    try:
+        volume = extract_volume(masked, language=language, hours_per_day=hours)
+    except ValueError as exc:
+        raise UsageError(
+            f"contradiction: more than one request volume given ({exc}); give one volume"
+        ) from None
+    conversions.extend(volume.conversions)
+    total_tokens = volume.total_tokens
+    if total_tokens is None:
+        from_bytes = _text_bytes(masked, conversions)
+        total_tokens = round(from_bytes) if from_bytes is not None else None
+    money = _money(lower, masked, language)
     use_fact = infer_use(
         lower,
-        requests_per_month=facts.get("requests_per_month"),  # type: ignore[arg-type]
+        requests_per_month=volume.requests_per_month,
         users_counted=any(q.kind == "users" for q in volume.quantities),
         concurrency=volume.concurrency,
         one_off_tokens=total_tokens is not None and volume.tokens_period is None,
     )
-    if use_fact.use is not None:
-        facts["use"] = use_fact.use
     code = pasted_code(question)
-
-    facts["paths"] = tuple(paths)
-    facts["code"] = code
-    protocol, reason = _choose_protocol(lower, facts)
+    signals = ProtocolSignals(
+        paths=paths,
+        code=code,
+        precisions=flags.precisions,
+        observed=observed.any,
+        volume=any(v is not None for v in (volume.requests_per_month, total_tokens, hours)),
+        model=model,
+        gpu=gpu_list[0] if gpu_list else None,
+    )
+    protocol, reason = _choose_protocol(lower, signals)
     if protocol != "compare" and len(gpu_list) > 1:
         raise UsageError(
             f"the question names more than one GPU ({', '.join(gpu_list)}); ask about one GPU at a "
             "time, e.g. `ecoguard compare --model MODEL --gpu GPU` for each"
         )
-    if protocol not in ("compare",) and len(facts["precisions"]) > 1 and protocol == "estimate":  # type: ignore[arg-type]
-        notes.append(f"several precisions named; estimating {facts['precisions'][0]}")  # type: ignore[index]
+    if protocol == "estimate" and len(flags.precisions) > 1:
+        notes.append(f"several precisions named; estimating {flags.precisions[0]}")
 
     return ParsedQuestion(
         text=question,
         language=language,
         protocol=protocol,
         protocol_reason=reason,
-        model=facts.get("model"),  # type: ignore[arg-type]
-        model_size_b=facts.get("model_size_b"),  # type: ignore[arg-type]
-        gpu=facts.get("gpu"),  # type: ignore[arg-type]
+        model=model,
+        model_size_b=model_size_b,
+        gpu=signals.gpu,
         gpus=tuple(gpu_list),
-        precision=facts["precisions"][0] if facts["precisions"] else None,  # type: ignore[index]
-        precisions=facts["precisions"],  # type: ignore[arg-type]
-        batch_size=facts.get("batch_size"),  # type: ignore[arg-type]
-        prompt_tokens=facts.get("prompt_tokens"),  # type: ignore[arg-type]
-        generation_tokens=facts.get("generation_tokens"),  # type: ignore[arg-type]
-        use=facts.get("use"),  # type: ignore[arg-type]
-        requests_per_month=facts.get("requests_per_month"),  # type: ignore[arg-type]
-        total_tokens=facts.get("total_tokens"),  # type: ignore[arg-type]
-        hours_per_day=facts.get("hours_per_day"),  # type: ignore[arg-type]
-        region=facts.get("region"),  # type: ignore[arg-type]
-        currency=currency,
-        cny_per_usd=facts.get("cny_per_usd"),  # type: ignore[arg-type]
-        price_per_kwh=facts.get("price_per_kwh"),  # type: ignore[arg-type]
-        price_currency=facts.get("price_currency"),  # type: ignore[arg-type]
-        int8_threshold=facts.get("int8_threshold"),  # type: ignore[arg-type]
-        double_quant=facts.get("double_quant"),  # type: ignore[arg-type]
-        compiled=facts.get("compiled"),  # type: ignore[arg-type]
-        observed_throughput_tok_s=facts.get("observed_throughput_tok_s"),  # type: ignore[arg-type]
-        observed_power_w=facts.get("observed_power_w"),  # type: ignore[arg-type]
-        observed_energy_j_per_1k=facts.get("observed_energy_j_per_1k"),  # type: ignore[arg-type]
-        paths=tuple(paths),
+        precision=flags.precisions[0] if flags.precisions else None,
+        precisions=flags.precisions,
+        batch_size=batch_size,
+        prompt_tokens=prompt_tokens,
+        generation_tokens=generation_tokens,
+        use=use_fact.use,
+        requests_per_month=volume.requests_per_month,
+        total_tokens=total_tokens,
+        hours_per_day=hours,
+        region=_region(tokens),
+        currency=money.currency,
+        cny_per_usd=money.cny_per_usd,
+        price_per_kwh=money.price_per_kwh,
+        price_currency=money.price_currency,
+        int8_threshold=flags.int8_threshold,
+        double_quant=flags.double_quant,
+        compiled=flags.compiled,
+        observed_throughput_tok_s=observed.throughput_tok_s,
+        observed_power_w=observed.power_w,
+        observed_energy_j_per_1k=observed.energy_j_per_1k,
+        paths=paths,
         code=code,
         concurrency=volume.concurrency,
         tokens_period=volume.tokens_period,
         serving=use_fact.serving,
         use_reason=use_fact.reason,
-        local=local,
+        local=local_machine(question),
         conversions=tuple(conversions),
         out_of_data=tuple(out_of_data),
         notes=tuple(notes),
