@@ -190,3 +190,35 @@ def test_restart_after_a_timed_out_stop_leaves_one_sampler_thread():
         assert len(alive) == 1
     finally:
         sampler.stop()
+
+
+class SixteenGpus(Backend):
+    def device_count(self):
+        return 16
+
+    def device_info(self, index):
+        return DeviceInfo(index=index, name="Test GPU", uuid=f"GPU-{index}", power_limit_w=400.0)
+
+
+def test_every_gpu_is_read_before_the_first_calibration():
+    """Calibrating a counter takes ~1-1.5 s per GPU. Each GPU used to get its first reading only
+    after the GPUs before it were calibrated (16 GPUs: ~21 s without power readings); now
+    every GPU is read first, and all again between two calibrations."""
+    clock = FakeClock()
+    meter = Meter(
+        Settings(ledger_path=None), backend=SixteenGpus(clock, quantised=True), clock=clock
+    )
+    seen: list[tuple[int, int]] = []  # (GPU being calibrated, GPUs read so far)
+
+    for track in meter.tracks:
+
+        def calibrate(track=track, **_):
+            seen.append((track.index, sum(t.last is not None for t in meter.tracks)))
+            clock.advance(1.3)
+            return True
+
+        track.calibrate = calibrate
+    meter.sampler.calibrate_all()
+    assert seen == [(i, 16) for i in range(16)]
+    reads = [t.reads for t in meter.tracks]
+    assert reads == [16] * 16  # one pass first, one between each two calibrations
