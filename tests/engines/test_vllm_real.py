@@ -4,6 +4,8 @@ Runs in the separate venv ``.venv-vllm`` (vLLM pins its own torch and transforme
 ``ECOGUARD_CI_VLLM=1 .ci/run``) and skips cleanly when it is absent. The server listens on
 127.0.0.1 on free ports, serves SmolLM2-135M (the demo's converted checkpoint) eagerly, and
 reads the fake NVML driver the meter tests compile, whose exact energy for any window is known.
+ecoguard gets nothing but ``ECOGUARD_VLLM=1`` (and a ledger path): its metrics are read from
+vLLM's own ``/metrics``.
 
 Checked: ecoguard's token count is vLLM's own (``vllm:generation_tokens_total``), its J/token is
 its energy over that count and its energy matches the driver's truth over its windows; the batch
@@ -134,16 +136,13 @@ def _labels(text: str) -> dict[str, str]:
 
 @contextmanager
 def _server(vllm_env, tmp_path, *, ecoguard: bool, args: tuple[str, ...] = ()):
-    port, metrics_port = _free_port(), _free_port()
+    port = _free_port()
     env = dict(vllm_env["env"])
     ledger = tmp_path / "ledger.sqlite"
     if ecoguard:
-        env.update(
-            ECOGUARD_VLLM="1",
-            ECOGUARD_METRICS_PORT=str(metrics_port),
-            ECOGUARD_LEDGER=str(ledger),
-            ECOGUARD_BACKEND="nvml",
-        )
+        # Nothing but the flag (and where the ledger goes): ecoguard's metrics then appear on
+        # vLLM's own /metrics.
+        env.update(ECOGUARD_VLLM="1", ECOGUARD_LEDGER=str(ledger), ECOGUARD_BACKEND="nvml")
     tmp_path.mkdir(parents=True, exist_ok=True)
     log = (tmp_path / "server.log").open("w")
     command = [
@@ -176,7 +175,7 @@ def _server(vllm_env, tmp_path, *, ecoguard: bool, args: tuple[str, ...] = ()):
                 if time.monotonic() > deadline:
                     pytest.fail(f"vLLM not ready after 400 s:\n{_tail(tmp_path)}")
                 time.sleep(1)
-        yield {"port": port, "metrics_port": metrics_port, "ledger": ledger, "dir": tmp_path}
+        yield {"port": port, "ledger": ledger, "dir": tmp_path}
     finally:
         import signal
 
@@ -251,7 +250,7 @@ def test_energy_tokens_batch_and_completions(vllm_env, tmp_path):
         assert vllm_tokens == expected_tokens
 
         def ecoguard_totals():
-            text = _get(f"http://127.0.0.1:{on['metrics_port']}/metrics")
+            text = _get(f"http://127.0.0.1:{port}/metrics")  # vLLM's own endpoint
             tokens = _samples(text, "ecoguard_generation_tokens_total")
             return text if sum(tokens.values()) == vllm_tokens else None
 
@@ -264,9 +263,12 @@ def test_energy_tokens_batch_and_completions(vllm_env, tmp_path):
         assert [_labels(k)["model_name"] for k in energy] == [served]
         energy_j = sum(energy.values())
         assert energy_j > 0
-        # The batch-size-one rule stays quiet at --max-num-seqs 4.
+        # The batch-size-one rule stays quiet at --max-num-seqs 4 (its series exists, at 0).
         findings = _samples(eco_text, "ecoguard_findings_total")
+        assert any("batch-size-one" in k for k in findings)
         assert not any(v for k, v in findings.items() if "batch-size-one" in k)
+        # The GPU the engine runs on, from the (fake) driver, on the same endpoint.
+        assert _samples(eco_text, "ecoguard_gpu_energy_joules_total")
 
         rows = _wait_for(
             lambda: (
