@@ -431,6 +431,7 @@ class SimulatedBackend:
         self._lock = threading.Lock()
         self._active = 0
         self._energy_j = 0.0
+        self._energy_read_j = 0.0  # the counter as last read (see set_active)
         # The GPU's own time (with ``work``): ``_gpu_t`` at wall time ``_wall_t``.
         self._wall_t = clock()
         self._gpu_t = self._wall_t
@@ -489,6 +490,13 @@ class SimulatedBackend:
     def set_active(self, index: int, active: int) -> None:
         """``active`` generate calls are now open on device ``index`` (power changes now)."""
         with self._lock:
+            if self.work is not None and not self._active and active > 0:
+                # The call starts at the meter's energy reading just taken: the few microseconds
+                # of idle since then are dropped, so the call's window holds its work only.
+                self._advance()
+                self._energy_j = self._energy_read_j
+                self._active = active
+                return
             self._advance()
             was_active = self._active
             self._active = max(0, active)
@@ -511,7 +519,8 @@ class SimulatedBackend:
     def gpu_time(self) -> float:
         """The simulated GPU's clock (s), monotonic; see the class docstring."""
         with self._lock:
-            return self._now()
+            self._advance()  # settle the energy up to now at the power it ran at
+            return self._gpu_t
 
     def _now(self) -> float:
         if self.work is None:
@@ -539,6 +548,7 @@ class SimulatedBackend:
         self._check(index)
         with self._lock:
             self._advance()
+            self._energy_read_j = self._energy_j
             return self._energy_j
 
     def power_w(self, index: int) -> float:

@@ -201,10 +201,9 @@ class Meter:
             backend if backend is not None else choose_backend(self.settings, clock=self.clock)
         )
         # A simulated GPU with a work model keeps its own clock (calls take modelled GPU time,
-        # not this machine's): time every window on it, so figures do not follow CPU load.
-        gpu_clock = getattr(self.backend, "gpu_clock", None)
-        if gpu_clock is not None:
-            self.clock = gpu_clock
+        # not this machine's): its readings, and so every call window, are timed on it, so the
+        # figures do not follow CPU load. The sampler's own schedule and health stay on ours.
+        track_clock = getattr(self.backend, "gpu_clock", None) or self.clock
         self.tier = self.backend.tier
         self._wall_clock = wall_clock
         self.tracks: list[GpuTrack] = []
@@ -218,7 +217,7 @@ class Meter:
                 record_fault("meter.device_info", exc)
                 info = DeviceInfo(index=index, name=f"GPU {index} (unavailable)", uuid="")
             profile = getattr(self.backend, "profile_key", None) or _profile_key(info.name)
-            self.tracks.append(GpuTrack(self.backend, info, clock=self.clock, profile_key=profile))
+            self.tracks.append(GpuTrack(self.backend, info, clock=track_clock, profile_key=profile))
         self.default_devices = tuple(d for d in default_devices if d < len(self.tracks))
         self.sampler = Sampler(
             self.tracks, hz=self.settings.sample_hz, clock=self.clock, calibrate=calibrate

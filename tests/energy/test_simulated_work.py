@@ -131,3 +131,32 @@ def test_meter_uses_the_simulated_gpu_clock_for_records():
     assert record.duration_s == pytest.approx(seconds)
     assert record.energy_j == pytest.approx(backend.busy_w * seconds)
     assert record.tier == "simulated"
+    # The sampler's schedule and health stamps stay on this machine's clock (Prometheus compares
+    # them with wall time); only the GPU's readings are on the simulated GPU's clock.
+    assert meter.clock is clock and meter.sampler._clock is clock
+
+
+class StepClock(FakeClock):
+    """A clock that moves on by ``step`` at every read: time passes between any two steps of the
+    meter, as it does on a real machine."""
+
+    def __init__(self, step: float) -> None:
+        super().__init__()
+        self.step = step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+@pytest.mark.parametrize("step", [1e-6, 1e-3, 0.5])
+def test_a_window_holds_its_modelled_work_only(step):
+    clock = StepClock(step)
+    meter = Meter(Settings(ledger_path=None), backend=_backend(clock), clock=clock, calibrate=False)
+    energies = []
+    for _ in range(3):
+        meter.sampler.sample_once()
+        window = meter.begin(devices=None, info=CallInfo(batch_size=1))
+        meter.sampler.sample_once()
+        energies.append(meter.end(window, tokens=24, requests=1).energy_j)
+    assert energies == pytest.approx([240.0] * 3, rel=1e-12)  # no idle time leaks in
