@@ -135,7 +135,13 @@ def run_doctor(args: argparse.Namespace) -> int:
             print(f"  GPU {gpu['index']}: {gpu['name']}, {gpu['vram_gb']} GB (via {gpu['via']})")
     else:
         print("  GPUs         none seen (NVML and torch.cuda found nothing)")
-    print(f"  guard        {'installed' if report['guard_installed'] else 'not installed'}")
+    # "installed" would read as the package; this is whether the guard is on in this process.
+    guard = (
+        "on in this process"
+        if report["guard_installed"]
+        else "off in this process (turn it on with `import ecoguard.auto` or ecoguard.install())"
+    )
+    print(f"  guard        {guard}")
     faults = report["faults"]
     print(f"  faults       {sum(faults.values())}" + (f" {faults}" if faults else ""))
     if report["findings"]:

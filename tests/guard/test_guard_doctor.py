@@ -30,3 +30,12 @@ def test_doctor_flags_a_nightly_stack(capsys, monkeypatch):
     assert main(["doctor", "--no-torch"]) == 1
     out = capsys.readouterr().out
     assert "(nightly/dev build)" in out and "nightly-build" in out
+
+
+def test_doctor_says_the_guard_is_off_not_missing(capsys):
+    main(["doctor", "--no-torch"])
+    guard_line = next(
+        line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("guard ")
+    )
+    assert "off in this process" in guard_line and "import ecoguard.auto" in guard_line
+    assert "not installed" not in guard_line  # the package is installed: it is running this
