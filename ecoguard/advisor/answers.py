@@ -29,6 +29,7 @@ from ecoguard.advisor.serving import (
     serving_batch_cap,
 )
 from ecoguard.advisor.texts import Text
+from ecoguard.advisor.volume import Conversion
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
 from ecoguard.errors import UnknownGpuError, UsageError
@@ -47,11 +48,39 @@ class Default:
 
     field: str
     value: object
-    how_en: str
-    how_zh: str
+    how: Text
 
     def to_dict(self) -> dict[str, object]:
-        return {"field": self.field, "value": self.value, "how_to_change": self.how_en}
+        return {"field": self.field, "value": self.value, "how_to_change": self.how.en}
+
+
+@dataclass(frozen=True, slots=True)
+class HonestyNote:
+    """Where the publisher's prose and the measured rows disagree: both figures, each with its
+    tier. ``measured``/``published`` are a number, a [low, high] range, or (published) words."""
+
+    topic: Text
+    measured: float | list[float]
+    measured_tier: str
+    published: float | list[float] | Text
+    published_tier: str
+    unit: Text
+    sources: tuple[str, ...] = ()
+    method: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "topic": self.topic.en,
+            "measured": self.measured,
+            "measured_tier": self.measured_tier,
+            "published": self.published.en if isinstance(self.published, Text) else self.published,
+            "published_tier": self.published_tier,
+            "unit": self.unit.en,
+            "sources": list(self.sources),
+        }
+        if self.method is not None:
+            out["method"] = self.method
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +90,8 @@ class Answer:
     result: protocols.AdvisorResult
     parsed: ParsedQuestion | None = None
     defaults: tuple[Default, ...] = ()
-    honesty: tuple[dict[str, Any], ...] = ()
-    extra_conversions: tuple[dict[str, Any], ...] = ()
+    honesty: tuple[HonestyNote, ...] = ()
+    extra_conversions: tuple[Conversion, ...] = ()
     measurement_protocol: bool = False
     settings_used: dict[str, Any] = field(default_factory=dict)
     batching: BatchingAdvice | None = None
@@ -78,11 +107,11 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         body = self.result.to_dict()
         body["defaults"] = [d.to_dict() for d in self.defaults]
-        # The Chinese wording (``*_zh`` keys) is for rendering; the JSON keeps one wording.
-        body["honesty"] = [_without_zh(h) for h in self.honesty]
+        # The Chinese wording is for rendering; the JSON keeps one wording (English).
+        body["honesty"] = [h.to_dict() for h in self.honesty]
         body["settings"] = dict(self.settings_used)
         if self.extra_conversions:
-            body["conversions"] = [_without_zh(c) for c in self.extra_conversions]
+            body["conversions"] = [c.to_dict() for c in self.extra_conversions]
         if self.batching is not None:
             body["batching"] = self.batching.to_dict()
         if self.gpu_match is not None:
@@ -98,10 +127,6 @@ class Answer:
             out["parsed"] = self.parsed.to_dict()
         out.update(body)
         return out
-
-
-def _without_zh(item: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in item.items() if not k.endswith("_zh")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,8 +201,10 @@ def build_deployment(
             Default(
                 "gpu",
                 DEFAULT_GPU,
-                "name a GPU, e.g. 'on an A800' or --gpu a800",
-                "在问题里写上 GPU，例如“在 A800 上”，或用 --gpu a800",
+                Text(
+                    "name a GPU, e.g. 'on an A800' or --gpu a800",
+                    "在问题里写上 GPU，例如“在 A800 上”，或用 --gpu a800",
+                ),
             )
         )
     gpu_spec = resolve_gpu_spec(gpu)
@@ -188,8 +215,10 @@ def build_deployment(
             Default(
                 "precision",
                 DEFAULT_PRECISION,
-                "say e.g. 'NF4', 'INT8', 'load_in_8bit=True' or --precision",
-                "写明精度，例如 NF4、INT8、load_in_8bit=True，或用 --precision",
+                Text(
+                    "say e.g. 'NF4', 'INT8', 'load_in_8bit=True' or --precision",
+                    "写明精度，例如 NF4、INT8、load_in_8bit=True，或用 --precision",
+                ),
             )
         )
     if batch_size is None:
@@ -198,8 +227,10 @@ def build_deployment(
             Default(
                 "batch_size",
                 DEFAULT_BATCH_SIZE,
-                "say e.g. 'batch size 8' or --batch-size 8",
-                "写明批大小，例如“批大小 8”，或用 --batch-size 8",
+                Text(
+                    "say e.g. 'batch size 8' or --batch-size 8",
+                    "写明批大小，例如“批大小 8”，或用 --batch-size 8",
+                ),
             )
         )
     if prompt_tokens is None:
@@ -208,8 +239,10 @@ def build_deployment(
             Default(
                 "prompt_tokens",
                 DEFAULT_PROMPT_TOKENS,
-                "say e.g. '1024 tokens in' or --prompt-tokens",
-                "写明输入长度，例如“输入 1024”，或用 --prompt-tokens",
+                Text(
+                    "say e.g. '1024 tokens in' or --prompt-tokens",
+                    "写明输入长度，例如“输入 1024”，或用 --prompt-tokens",
+                ),
             )
         )
     if generation_tokens is None:
@@ -218,8 +251,10 @@ def build_deployment(
             Default(
                 "generation_tokens",
                 DEFAULT_GENERATION_TOKENS,
-                "say e.g. '128 tokens out' or --generation-tokens",
-                "写明输出长度，例如“输出 128”，或用 --generation-tokens",
+                Text(
+                    "say e.g. '128 tokens out' or --generation-tokens",
+                    "写明输出长度，例如“输出 128”，或用 --generation-tokens",
+                ),
             )
         )
     if use is None:
@@ -228,10 +263,12 @@ def build_deployment(
             Default(
                 "use",
                 use,
-                "served requests from many users, which can be batched; say 'for chat' (one "
-                "interactive user), 'for an API' or 'a batch job', or --use chat|api|batch",
-                "按多用户在线服务计（可合并批处理）；写明“聊天”（单个交互用户）、“API 服务”或“批处理”，"
-                "或用 --use chat|api|batch",
+                Text(
+                    "served requests from many users, which can be batched; say 'for chat' (one "
+                    "interactive user), 'for an API' or 'a batch job', or --use chat|api|batch",
+                    "按多用户在线服务计（可合并批处理）；写明“聊天”（单个交互用户）、“API 服务”或“批处理”，"
+                    "或用 --use chat|api|batch",
+                ),
             )
         )
     dep = Deployment(
@@ -280,8 +317,10 @@ def settings_for(
             Default(
                 "region",
                 "china",
-                "say 'in the US' (or another region) to change it",
-                "在问题里写上地区（如“在美国”）即可更改",
+                Text(
+                    "say 'in the US' (or another region) to change it",
+                    "在问题里写上地区（如“在美国”）即可更改",
+                ),
             )
         )
     if parsed.local and settings.pue is None:
@@ -298,11 +337,11 @@ def settings_for(
 # Honesty: where the publisher's prose and the measured rows disagree, say both.
 
 
-def honesty_notes(dep: Deployment, precisions: tuple[str, ...]) -> list[dict[str, Any]]:
+def honesty_notes(dep: Deployment, precisions: tuple[str, ...]) -> list[HonestyNote]:
     """Published vs measured figures for the GPU/precisions in play, computed from the data."""
     from ecoguard.knowledge import crossover, find_rows
 
-    notes: list[dict[str, Any]] = []
+    notes: list[HonestyNote] = []
     arch = dep.gpu.architecture
     for precision in precisions:
         if arch and precision in ("nf4", "int8_mixed", "int8_pure"):
@@ -317,18 +356,18 @@ def honesty_notes(dep: Deployment, precisions: tuple[str, ...]) -> list[dict[str
                 and abs(cross.fitted_b - cross.reported_b) / cross.reported_b > 0.15
             ):
                 notes.append(
-                    {
-                        "topic": f"{precision} crossover on {arch}",
-                        "topic_zh": f"{precision} 在 {arch} 上的交叉点",
-                        "measured": cross.fitted_b,
-                        "measured_tier": cross.fitted_tier,
-                        "published": cross.reported_b,
-                        "published_tier": cross.reported_tier,
-                        "unit": "B params",
-                        "unit_zh": "十亿参数",
-                        "method": cross.method,
-                        "sources": list(cross.sources),
-                    }
+                    HonestyNote(
+                        topic=Text(
+                            f"{precision} crossover on {arch}", f"{precision} 在 {arch} 上的交叉点"
+                        ),
+                        measured=cross.fitted_b,
+                        measured_tier=cross.fitted_tier,
+                        published=cross.reported_b,
+                        published_tier=cross.reported_tier,
+                        unit=Text("B params", "十亿参数"),
+                        sources=tuple(list(cross.sources)),
+                        method=cross.method,
+                    )
                 )
         if dep.gpu.profile and precision not in ("fp16", "bf16", "fp32"):
             rows = find_rows(gpu=dep.gpu.profile, precision=precision, batch_size=1)
@@ -347,34 +386,37 @@ def honesty_notes(dep: Deployment, precisions: tuple[str, ...]) -> list[dict[str
                 r_lo, r_hi = min(reported), max(reported)
                 if r_hi < m_lo - 5 or r_lo > m_hi + 5:
                     notes.append(
-                        {
-                            "topic": f"{precision} vs FP16 on {dep.gpu.profile}",
-                            "topic_zh": f"{dep.gpu.profile} 上 {precision} 相对 FP16",
-                            "measured": [round(m_lo, 1), round(m_hi, 1)],
-                            "measured_tier": "measured",
-                            "published": [round(r_lo, 1), round(r_hi, 1)],
-                            "published_tier": "reported",
-                            "unit": "% energy vs FP16",
-                            "unit_zh": "能耗变化 %",
-                            "sources": sorted({r.source for r in rows}),
-                        }
+                        HonestyNote(
+                            topic=Text(
+                                f"{precision} vs FP16 on {dep.gpu.profile}",
+                                f"{dep.gpu.profile} 上 {precision} 相对 FP16",
+                            ),
+                            measured=[round(m_lo, 1), round(m_hi, 1)],
+                            measured_tier="measured",
+                            published=[round(r_lo, 1), round(r_hi, 1)],
+                            published_tier="reported",
+                            unit=Text("% energy vs FP16", "能耗变化 %"),
+                            sources=tuple(sorted({r.source for r in rows})),
+                        )
                     )
             if precision == "int8_pure" and measured and min(measured) > 0:
                 # The publisher's guidance calls pure INT8 a saving on large-memory GPUs; the
                 # measured rows on this GPU all cost more than FP16.
                 notes.append(
-                    {
-                        "topic": f"pure INT8 on {dep.gpu.profile}",
-                        "topic_zh": f"{dep.gpu.profile} 上的纯 INT8",
-                        "measured": [round(min(measured), 1), round(max(measured), 1)],
-                        "measured_tier": "measured",
-                        "published": "described upstream as an energy saving vs FP16",
-                        "published_zh": "上游资料称其比 FP16 省电",
-                        "published_tier": "reported",
-                        "unit": "% energy vs FP16",
-                        "unit_zh": "相对 FP16 的能耗变化 %",
-                        "sources": sorted({r.source for r in rows if r.tier == "measured"}),
-                    }
+                    HonestyNote(
+                        topic=Text(
+                            f"pure INT8 on {dep.gpu.profile}", f"{dep.gpu.profile} 上的纯 INT8"
+                        ),
+                        measured=[round(min(measured), 1), round(max(measured), 1)],
+                        measured_tier="measured",
+                        published=Text(
+                            "described upstream as an energy saving vs FP16",
+                            "上游资料称其比 FP16 省电",
+                        ),
+                        published_tier="reported",
+                        unit=Text("% energy vs FP16", "相对 FP16 的能耗变化 %"),
+                        sources=tuple(sorted({r.source for r in rows if r.tier == "measured"})),
+                    )
                 )
     return notes
 
@@ -454,11 +496,10 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
             return _trap_without_model(parsed, settings, settings_used)
         if not (parsed.protocol == "optimize" and parsed.precisions):
             raise UsageError(
-                _msg(
-                    lang,
+                Text(
                     "which model? Name one, e.g. 'Qwen2.5-7B', 'Mistral-7B' or just a size like '7B'.",
                     "哪个模型？请写上模型名，例如 Qwen2.5-7B、Mistral-7B，或只写大小如 7B。",
-                )
+                ).get(lang)
             )
     gpu_match = resolve_gpu_match(parsed.gpu)[1] if parsed.gpu else None
     use = parsed.use
@@ -642,9 +683,11 @@ def _volume_default_entry(settings: Settings) -> Default:
     return Default(
         "requests_per_month",
         settings.monthly_requests,
-        "say e.g. '1M requests a month', '100 requests per second', '10,000 users a day' or "
-        "--requests-per-month",
-        "写明用量，例如“每月 100 万次请求”“每秒 100 次请求”“每天 1 万用户”，或用 --requests-per-month",
+        Text(
+            "say e.g. '1M requests a month', '100 requests per second', '10,000 users a day' or "
+            "--requests-per-month",
+            "写明用量，例如“每月 100 万次请求”“每秒 100 次请求”“每天 1 万用户”，或用 --requests-per-month",
+        ),
     )
 
 
@@ -931,10 +974,10 @@ def answer_for_flags(
 
 def _requests(
     parsed: ParsedQuestion, dep: Deployment, settings: Settings
-) -> tuple[int | None, list[dict[str, Any]]]:
+) -> tuple[int | None, list[Conversion]]:
     """Monthly requests from what the question gave: a request count, a text volume (tokens /
     generated tokens per request), or serving hours per day (throughput x hours)."""
-    conversions: list[dict[str, Any]] = []
+    conversions: list[Conversion] = []
     if parsed.requests_per_month is not None:
         return parsed.requests_per_month, conversions
     gen = dep.generation_tokens or DEFAULT_GENERATION_TOKENS
@@ -942,17 +985,17 @@ def _requests(
         requests = max(1, math.ceil(parsed.total_tokens / gen))
         monthly = parsed.tokens_period == "month"
         conversions.append(
-            {
-                "field": "requests",
-                "source": f"{parsed.total_tokens:,} {'token' if parsed.total_tokens == 1 else 'tokens'}"
+            Conversion.of(
+                "requests",
+                f"{parsed.total_tokens:,} {'token' if parsed.total_tokens == 1 else 'tokens'}"
                 + (" a month" if monthly else ""),
-                "source_zh": f"{'每月 ' if monthly else ''}{parsed.total_tokens:,} 个 token",
-                "value": requests,
-                "rule": f"/ {gen} generated {'token' if gen == 1 else 'tokens'} per request"
+                requests,
+                f"/ {gen} generated {'token' if gen == 1 else 'tokens'} per request"
                 + ("" if monthly else " (one-off volume, counted as one month)"),
-                "rule_zh": f"按每次请求生成 {gen} 个 token 计"
+                f"按每次请求生成 {gen} 个 token 计"
                 + ("" if monthly else "；一次性用量，按一个月计"),
-            }
+                source_zh=f"{'每月 ' if monthly else ''}{parsed.total_tokens:,} 个 token",
+            )
         )
         return requests, conversions
     if parsed.hours_per_day is not None:
@@ -961,20 +1004,16 @@ def _requests(
         if tput:
             requests = int(parsed.hours_per_day * 3600 * 30 * tput / gen)
             conversions.append(
-                {
-                    "field": "requests",
-                    "source": f"{parsed.hours_per_day:g} h/day",
-                    "value": requests,
-                    "rule": f"{parsed.hours_per_day:g} h x 3600 s x 30 days x {tput:.1f} tok/s "
+                Conversion.of(
+                    "requests",
+                    f"{parsed.hours_per_day:g} h/day",
+                    requests,
+                    f"{parsed.hours_per_day:g} h x 3600 s x 30 days x {tput:.1f} tok/s "
                     f"({est.get('tier')}) / {gen} tokens per request",
-                    "source_zh": f"每天 {parsed.hours_per_day:g} 小时",
-                    "rule_zh": f"{parsed.hours_per_day:g} 小时 x 3600 秒 x 30 天 x {tput:.1f} tok/s"
+                    f"{parsed.hours_per_day:g} 小时 x 3600 秒 x 30 天 x {tput:.1f} tok/s"
                     f"（{est.get('tier')}）÷ 每次请求 {gen} 个 token",
-                }
+                    source_zh=f"每天 {parsed.hours_per_day:g} 小时",
+                )
             )
             return requests, conversions
     return None, conversions
-
-
-def _msg(lang: str, en: str, zh: str) -> str:
-    return zh if lang == "zh" else en

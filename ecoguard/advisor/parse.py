@@ -641,7 +641,7 @@ def _find_gpus(
             norm, label = _ARCH_GPUS[key]
             found.append((start, end, norm))
             conversions.append(
-                Conversion(
+                Conversion.of(
                     "gpu",
                     raw,
                     0.0,
@@ -903,7 +903,7 @@ def _lengths(
     if seq and prompt is None and seq <= 4096:
         prompt = seq
         conversions.append(
-            Conversion(
+            Conversion.of(
                 "prompt_tokens",
                 f"{seq}",
                 seq,
@@ -944,7 +944,7 @@ def _observed(masked: str, conversions: list[Conversion]) -> Observed:
             per_token = _num(m.group(1)) / (1000.0 if milli else 1.0)
             energy, energy_span = per_token * 1000.0, m.span()
             conversions.append(
-                Conversion(
+                Conversion.of(
                     "observed_energy_j_per_1k",
                     m.group(0).strip(),
                     per_token * 1000.0,
@@ -977,7 +977,7 @@ def _text_bytes(masked: str, conversions: list[Conversion]) -> float | None:
         return None
     tokens = size_bytes / BYTES_PER_TOKEN
     conversions.append(
-        Conversion(
+        Conversion.of(
             "total_tokens",
             m.group(0).strip(),
             tokens,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ecoguard.advisor.serving import quantization_holds
+from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment, GpuSpec, QuantSpec
 from ecoguard.errors import UsageError
@@ -40,10 +41,6 @@ def use_for_batch_size(batch_size: int | None) -> str:
     which the coalescing batcher can merge), or a batch job when the batch size is past what an
     API batches. Chat (one interactive user, batch size 1) is never assumed: it must be said."""
     return "api" if (batch_size or 1) <= max(BATCH_SIZES_BY_USE["api"]) else "batch"
-
-
-def _t(language: str, en: str, zh: str) -> str:
-    return zh if language == "zh" else en
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,22 +327,20 @@ def money_for(
         local, usd = kwh * price_per_kwh, None
         currency = price_currency
         notes.append(
-            _t(
-                language,
+            Text(
                 f"Priced at {price_per_kwh:g} {price_currency}/kWh as given; no USD figure "
                 "(no exchange rate).",
                 f"按给出的 {price_per_kwh:g} {price_currency}/kWh 计价；没有汇率，不显示美元。",
-            )
+            ).get(language)
         )
     elif usd is not None and cny_per_usd:
         cny = usd * cny_per_usd
     if currency == "CNY" and cny is None:
         notes.append(
-            _t(
-                language,
+            Text(
                 "No exchange rate given, so costs are in USD; add e.g. 'rate 7.2' to see CNY.",
                 "未给出汇率，费用以美元显示；加上如“汇率 7.2”即可换算成人民币。",
-            )
+            ).get(language)
         )
     return {
         "requests": monthly.get("requests"),
@@ -549,11 +544,10 @@ def compare_across_models(
             findings = [f for f in run_rules(dep, Settings()) if f.rule == "fp8-eager"]
             if findings:
                 notes.append(
-                    _t(
-                        language,
+                    Text(
                         "These FP8 rows ran torchao in eager mode; torch.compile is the untested way out (measure it with `ecoguard bench`).",
                         "这些 FP8 数据是 torchao 在 eager 模式下测的；torch.compile 可能改善，但没有数据，请用 `ecoguard bench` 自测。",
-                    )
+                    ).get(language)
                 )
     sources, _tiers = cite(evidence)
     return AdvisorResult(
@@ -667,11 +661,10 @@ def optimize(
             current=current_est,
             rows=tuple(_public(c) for c in rejected),
             notes=(
-                _t(
-                    language,
+                Text(
                     "No configuration of this model on this GPU has data that passes the rules.",
                     "该模型在此 GPU 上没有通过规则检查且有数据支撑的配置。",
-                ),
+                ).get(language),
             ),
             extra={"use": use},
         )
@@ -717,45 +710,41 @@ def optimize(
     )
     n_cand, n_out = len(candidates), len(rejected)
     reasons = [
-        _t(
-            language,
+        Text(
             f"lowest energy per 1k tokens among {n_cand} {_plural(n_cand, 'candidate')} that "
             f"{'passes' if n_cand == 1 else 'pass'} the rules ({n_out} ruled out as "
             f"{_plural(n_out, 'trap')})",
             f"在 {n_cand} 个通过规则检查的候选中每千 token 能耗最低（{n_out} 个因陷阱被排除）",
-        )
+        ).get(language)
     ]
     if lowest is not chosen and not lowest["holds"]:
         ref = fp16_at.get(lowest["batch_size"]) or chosen
         reasons.append(_uncertain_reason(lowest, ref, language))
     if chosen["energy_per_1k_tokens_j"] > best_energy:
         reasons.append(
-            _t(
-                language,
+            Text(
                 "within 5% of the lowest, and keeps unquantized outputs",
                 "与最低值相差不到 5%，且不改变模型输出（不量化）",
-            )
+            ).get(language)
         )
     if chosen["batch_size"] < current_dep.batch_size and current_energy:
         cost_pct = (chosen["energy_per_1k_tokens_j"] / current_energy - 1.0) * 100.0
         why = _smaller_batch_why(current_dep, candidates, rejected, use, language)
         reasons.append(
-            _t(
-                language,
+            Text(
                 f"batch size {chosen['batch_size']} is smaller than your current "
                 f"{current_dep.batch_size}: it costs {cost_pct:+.1f}% energy per token "
                 f"({chosen['energy_per_1k_tokens_j'] / current_energy:.1f}x); {why}",
                 f"批大小 {chosen['batch_size']} 比你当前的 {current_dep.batch_size} 小："
                 f"每 token 能耗 {cost_pct:+.1f}%（{chosen['energy_per_1k_tokens_j'] / current_energy:.1f} 倍）；{why}",
-            )
+            ).get(language)
         )
     if use == "chat" and chosen["batch_size"] == 1 and max(sizes) == 1:
         reasons.append(
-            _t(
-                language,
+            Text(
                 "chat is interactive and no concurrent users are stated: batch size 1",
                 "聊天是交互式的，且没有说明并发用户：批大小 1",
-            )
+            ).get(language)
         )
     recommendation = {
         "precision": chosen["precision"],
@@ -835,7 +824,7 @@ def _uncertain_reason(quantized: dict[str, Any], ref: dict[str, Any], language: 
         + (f"；同一会话相对 FP16 的变化：{pair_text}" if pairs else "")
         + "），而且量化会改变输出：推荐不量化的配置"
     )
-    return _t(language, en, zh)
+    return Text(en, zh).get(language)
 
 
 def _smaller_batch_why(
@@ -848,22 +837,19 @@ def _smaller_batch_why(
     at_current = [r for r in rejected if r["batch_size"] == current.batch_size]
     if at_current:
         rules = sorted({rule for r in at_current for rule in r["rejected_by"]})
-        return _t(
-            language,
+        return Text(
             f"at batch size {current.batch_size} every configuration is ruled out ({', '.join(rules)})",
             f"批大小 {current.batch_size} 下所有配置都被排除（{'、'.join(rules)}）",
-        )
+        ).get(language)
     if not any(c["batch_size"] == current.batch_size for c in candidates):
-        return _t(
-            language,
+        return Text(
             f"no reference data supports batch size {current.batch_size} for a {use} use",
             f"没有参考数据支撑 {use} 用途下的批大小 {current.batch_size}",
-        )
-    return _t(
-        language,
+        ).get(language)
+    return Text(
         "within 5% of the lowest energy, at a shorter wait per request",
         "与最低能耗相差不到 5%，且每次请求等待更短",
-    )
+    ).get(language)
 
 
 def _public(entry: dict[str, Any]) -> dict[str, Any]:
@@ -915,13 +901,14 @@ def estimate(
     money = {"current": money_for(current, **money_kwargs)}
     if optimized:
         money["optimized"] = money_for(optimized, **money_kwargs)
-        cur, opt = money["current"], money["optimized"]
-        if cur["cost_usd"] is not None and opt["cost_usd"] is not None:
-            money["saving_usd"] = round(cur["cost_usd"] - opt["cost_usd"], 2)
-        if cur["cost_cny"] is not None and opt["cost_cny"] is not None:
-            money["saving_cny"] = round(cur["cost_cny"] - opt["cost_cny"], 2)
-        if cur["cost_local"] is not None and opt["cost_local"] is not None:
-            money["saving_local"] = round(cur["cost_local"] - opt["cost_local"], 2)
+        now, then = money["current"], money["optimized"]
+        for key, saving in (
+            ("cost_usd", "saving_usd"),
+            ("cost_cny", "saving_cny"),
+            ("cost_local", "saving_local"),
+        ):
+            if now[key] is not None and then[key] is not None:
+                money[saving] = round(now[key] - then[key], 2)
     if findings and any(f.mood.rank >= Mood.ORANGE.rank for f in findings):
         mood = Mood.worst(f.mood for f in findings)  # a trap or an overflow, data or not
     elif current.get("tier", "none") == "none":
@@ -1011,11 +998,10 @@ def diagnose(
         if candidates_tried and deployment.precision is None:
             dep = with_precision(deployment, candidates_tried[0]["precision"])
             notes.append(
-                _t(
-                    language,
+                Text(
                     f"No precision stated; your figures sit nearest {candidates_tried[0]['precision']}.",
                     f"未说明精度；你的数据最接近 {candidates_tried[0]['precision']}。",
-                )
+                ).get(language)
             )
     elif deployment.precision is None:
         dep = with_precision(deployment, "fp16")
@@ -1106,13 +1092,12 @@ def diagnose(
         recommendation = {"rule": None, "confidence": "none"}
         if gaps and max(gaps) > 25:
             notes.append(
-                _t(
-                    language,
+                Text(
                     "No known trap matches, yet your figures are far from the reference: check the power limit, "
                     "clocks, thermals and what else runs on the GPU, then measure with `ecoguard bench`.",
                     "没有匹配的已知陷阱，但你的数据与参考值相差很大：请检查功耗上限、频率、温度以及 GPU 上的其他任务，"
                     "然后用 `ecoguard bench` 实测。",
-                )
+                ).get(language)
             )
     crossovers: list[dict[str, Any]] = []
     if any(f.rule == "small-model-quant" for f in traps):
@@ -1228,11 +1213,10 @@ def audit(
             mood=Mood.GRAY,
             language=language,
             notes=(
-                _t(
-                    language,
+                Text(
                     "The code audit is not available in this build; nothing was scanned.",
                     "当前版本没有代码审计功能，未扫描任何文件。",
-                ),
+                ).get(language),
             ),
             extra={"paths": list(paths), "available": False},
         )
@@ -1246,12 +1230,11 @@ def audit(
             mood=Mood.GRAY,
             language=language,
             notes=(
-                _t(
-                    language,
+                Text(
                     "Nothing to audit: name a file (`ecoguard audit serve.py`) or paste the code "
                     "that loads and calls the model.",
                     "没有可审计的内容：写上文件名（`ecoguard audit serve.py`），或粘贴加载和调用模型的代码。",
-                ),
+                ).get(language),
             ),
             extra={"paths": [], "available": True},
         )
@@ -1260,13 +1243,12 @@ def audit(
     unparsed = bool(report.problems) and not findings
     if unparsed:
         notes.append(
-            _t(
-                language,
+            Text(
                 "The code did not parse as Python, so nothing in it was judged: "
                 + "; ".join(getattr(p, "message", str(p)) for p in report.problems[:2]),
                 "这段代码无法按 Python 解析，因此没有做任何判断："
                 + "；".join(getattr(p, "message", str(p)) for p in report.problems[:2]),
-            )
+            ).get(language)
         )
     if findings:
         mood = Mood.worst(f.mood for f in findings)

@@ -16,7 +16,7 @@ from typing import Any
 from ecoguard.advisor.answers import Answer
 from ecoguard.advisor.extract import SYMBOLS
 from ecoguard.advisor.protocols import cite
-from ecoguard.advisor.texts import TRAPS_ZH, trap_text
+from ecoguard.advisor.texts import TRAPS_ZH, Text, trap_text
 from ecoguard.advisor.voice import colorize, lobster_line, mood_tag
 from ecoguard.findings import Mood
 
@@ -296,14 +296,14 @@ def _pad(text: str, width: int) -> str:
     return text + " " * (width - _width(text))
 
 
-def _tier(L: dict[str, str], tier: object) -> str:
+def _tier(labels: dict[str, str], tier: object) -> str:
     """A tier as a word in the answer's language (the JSON keeps the identifier)."""
-    return L.get(f"tier_{tier}", str(tier))
+    return labels.get(f"tier_{tier}", str(tier))
 
 
-def _head(text: str, L: dict[str, str]) -> str:
+def _head(text: str, labels: dict[str, str]) -> str:
     """A label that introduces a list: ``Notes:`` / ``备注：``."""
-    return text + L["colon"].rstrip()
+    return text + labels["colon"].rstrip()
 
 
 def bar_chart(items: Sequence[tuple[str, float | None, str]], *, unit: str) -> list[str]:
@@ -333,14 +333,14 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
         )
     markdown = fmt == "md"
     lang = answer.language
-    L = _LABELS.get(lang, _LABELS["en"])
+    labels = _LABELS.get(lang, _LABELS["en"])
     result = answer.result
     out: list[str] = []
     tag = mood_tag(result.mood)
     head = tag if plain else f"{tag} {lobster_line(result.mood, lang)}"
     out.append(colorize(head, result.mood, color))
     out.append("")
-    out.extend(_understood(answer, L, markdown))
+    out.extend(_understood(answer, labels, markdown))
     body = {
         "compare": _compare,
         "optimize": _optimize,
@@ -349,13 +349,13 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
         "audit": _audit,
     }[result.protocol]
     if result.out_of_data:
-        out.extend(_out_of_data(answer, L, lang, markdown))
+        out.extend(_out_of_data(answer, labels, lang, markdown))
     else:
-        out.extend(body(answer, L, markdown))
-        out.extend(_batching(answer, L, markdown))
-        out.extend(_findings(answer, L, markdown))
+        out.extend(body(answer, labels, markdown))
+        out.extend(_batching(answer, labels, markdown))
+        out.extend(_findings(answer, labels, markdown))
     for warning in answer.warnings:
-        out.append(f"{L['warning']}{L['colon']}{warning.get(lang)}")
+        out.append(f"{labels['warning']}{labels['colon']}{warning.get(lang)}")
         out.append("")
     if answer.asks is not None:
         out.append(answer.asks.get(lang))
@@ -363,104 +363,95 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
     if result.equivalents:
         # Say whose energy the everyday terms describe: optimize prices the recommendation,
         # estimate and the others the configuration asked about.
-        label = L["equivalent_optimize" if result.protocol == "optimize" else "equivalent_current"]
+        label = labels[
+            "equivalent_optimize" if result.protocol == "optimize" else "equivalent_current"
+        ]
         if lang == "zh":
             out.append(f"{label}：" + "；".join(result.equivalents) + "。")
         else:
             out.append(f"{label}: " + "; ".join(result.equivalents) + ".")
         out.append("")
-    out.extend(_honesty(answer, L))
+    out.extend(_honesty(answer, labels))
     notes = list(result.notes)
     if notes:
-        out.append(_head(L["notes"], L))
+        out.append(_head(labels["notes"], labels))
         out.extend(f"- {n}" for n in notes)
         out.append("")
-    out.append(_citation(answer, L))
+    out.append(_citation(answer, labels))
     return "\n".join(out).rstrip() + "\n"
 
 
-def _h(text: str, markdown: bool, L: dict[str, str]) -> str:
-    return f"### {text}" if markdown else _head(text, L)
+def _h(text: str, markdown: bool, labels: dict[str, str]) -> str:
+    return f"### {text}" if markdown else _head(text, labels)
 
 
-def _understood(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _understood(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     out: list[str] = []
     dep = answer.result.deployment
-    colon = L["colon"]
-    parts = [f"{L['protocol']}{colon}{answer.result.protocol}"]
+    colon = labels["colon"]
+    parts = [f"{labels['protocol']}{colon}{answer.result.protocol}"]
     if dep is not None:
         if dep.model.id:
             size = _fmt(dep.model.params_b, 2).rstrip("0").rstrip(".")
-            parts.append(f"{L['f_model']}{colon}{dep.model.id} ({size}B)")
+            parts.append(f"{labels['f_model']}{colon}{dep.model.id} ({size}B)")
         if dep.gpu.name:
-            parts.append(f"{L['f_gpu']}{colon}{dep.gpu.name}")
+            parts.append(f"{labels['f_gpu']}{colon}{dep.gpu.name}")
         if dep.precision:
-            parts.append(f"{L['f_precision']}{colon}{dep.precision}")
+            parts.append(f"{labels['f_precision']}{colon}{dep.precision}")
         if dep.batch_size:
-            parts.append(f"{L['f_batch_size']}{colon}{dep.batch_size}")
+            parts.append(f"{labels['f_batch_size']}{colon}{dep.batch_size}")
         if dep.prompt_tokens is not None and dep.generation_tokens is not None:
-            parts.append(L["f_in_out"].format(p=dep.prompt_tokens, g=dep.generation_tokens))
+            parts.append(labels["f_in_out"].format(p=dep.prompt_tokens, g=dep.generation_tokens))
         if dep.use:
             why = answer.parsed.use_reason if answer.parsed is not None else None
-            use = dep.use + (L["paren"].format(why.get(answer.language)) if why else "")
-            parts.append(f"{L['f_use']}{colon}{use}")
+            use = dep.use + (labels["paren"].format(why.get(answer.language)) if why else "")
+            parts.append(f"{labels['f_use']}{colon}{use}")
     if answer.settings_used.get("region"):
-        parts.append(f"{L['f_region']}{colon}{answer.settings_used['region']}")
+        parts.append(f"{labels['f_region']}{colon}{answer.settings_used['region']}")
     if answer.settings_used.get("pue") is not None:
-        parts.append(L["pue_local"].format(pue=answer.settings_used["pue"]))
-    out.append(f"{L['understood']}{colon}" + L["comma"].join(parts) + L["stop"])
-    zh = answer.language == "zh"
+        parts.append(labels["pue_local"].format(pue=answer.settings_used["pue"]))
+    out.append(f"{labels['understood']}{colon}" + labels["comma"].join(parts) + labels["stop"])
     if answer.gpu_match is not None:
         out.append(answer.gpu_match.reason.get(answer.language))
+    lang = answer.language
     conversions: list[str] = []
-    if answer.parsed is not None:
-        for c in answer.parsed.conversions:
-            rule = c.rule_zh if zh else c.rule_en
-            if c.field == "gpu":
-                conversions.append(rule)
-            else:
-                conversions.append(
-                    L["conversion"].format(
-                        source=c.source,
-                        value=f"{c.value:,.0f}",
-                        field=_field(L, c.field, c.field.replace("_", " ")),
-                        rule=rule,
-                    )
-                )
-    for c in answer.extra_conversions:
+    listed = list(answer.parsed.conversions) if answer.parsed is not None else []
+    for c in [*listed, *answer.extra_conversions]:
+        if c.field == "gpu":
+            conversions.append(c.rule.get(lang))
+            continue
         conversions.append(
-            L["conversion"].format(
-                source=c.get("source_zh", c["source"]) if zh else c["source"],
-                value=f"{c['value']:,}",
-                field=_field(L, c["field"], c["field"]),
-                rule=c.get("rule_zh", c["rule"]) if zh else c["rule"],
+            labels["conversion"].format(
+                source=c.source.get(lang),
+                value=f"{c.value:,.0f}",
+                field=_field(labels, c.field, c.field.replace("_", " ")),
+                rule=c.rule.get(lang),
             )
         )
     if conversions:
-        out.append(_head(L["conversions"], L))
+        out.append(_head(labels["conversions"], labels))
         out.extend(f"- {c}" for c in conversions)
     if answer.defaults:
-        out.append(_head(L["defaults"], L))
+        out.append(_head(labels["defaults"], labels))
         for d in answer.defaults:
-            how = d.how_zh if zh else d.how_en
-            out.append(f"- {d.field} = {d.value}" + L["paren"].format(how))
+            out.append(f"- {d.field} = {d.value}" + labels["paren"].format(d.how.get(lang)))
     out.append("")
     return out
 
 
-def _field(L: dict[str, str], name: str, default: str) -> str:
-    return L.get(f"field_{name}", default)
+def _field(labels: dict[str, str], name: str, default: str) -> str:
+    return labels.get(f"field_{name}", default)
 
 
-def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _compare(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
     if result.extra.get("scope") == "models":
-        return _compare_models(answer, L, markdown)
+        return _compare_models(answer, labels, markdown)
     out = [
         _h(
             "J per 1k tokens by precision" if answer.language == "en" else "各精度每千 token 能耗",
             markdown,
-            L,
+            labels,
         )
     ]
     rows = []
@@ -477,53 +468,56 @@ def _compare(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                 _fmt(r["power_w"]),
                 _money(r.get("cost_usd_per_month")),
                 _fmt(r["rank"]),
-                _tier(L, r["tier"]),
+                _tier(labels, r["tier"]),
             ]
         )
     out += _table(
         [
-            L["h_precision"],
-            L["h_tok_s"],
-            L["h_j_1k"],
-            L["h_vs_fp16"],
-            L["h_tok_j"],
-            L["h_vram"],
-            L["h_latency"],
-            L["h_w"],
-            L["h_usd_month"],
-            L["h_rank"],
-            L["h_tier"],
+            labels["h_precision"],
+            labels["h_tok_s"],
+            labels["h_j_1k"],
+            labels["h_vs_fp16"],
+            labels["h_tok_j"],
+            labels["h_vram"],
+            labels["h_latency"],
+            labels["h_w"],
+            labels["h_usd_month"],
+            labels["h_rank"],
+            labels["h_tier"],
         ],
         rows,
         markdown,
     )
     out.append("")
     chart = bar_chart(
-        [(r["precision"], r["energy_per_1k_tokens_j"], _tier(L, r["tier"])) for r in result.rows],
+        [
+            (r["precision"], r["energy_per_1k_tokens_j"], _tier(labels, r["tier"]))
+            for r in result.rows
+        ],
         unit="J/1k",
     )
     if chart:
         out += ["```", *chart, "```"] if markdown else chart
         out.append("")
-    out += _paired_lines(answer, L)
-    out += _trade_offs(answer, L)
+    out += _paired_lines(answer, labels)
+    out += _trade_offs(answer, labels)
     if result.recommendation:
         rec = result.recommendation
         delta = rec.get("delta_vs_fp16_pct")
         out.append(
-            L["rec_compare"].format(
-                label=L["recommendation"],
+            labels["rec_compare"].format(
+                label=labels["recommendation"],
                 p=rec["precision"],
                 j=_fmt(rec["energy_per_1k_tokens_j"]),
-                delta=L["rec_delta"].format(d=delta) if delta is not None else "",
-                tier=_tier(L, rec["tier"]),
+                delta=labels["rec_delta"].format(d=delta) if delta is not None else "",
+                tier=_tier(labels, rec["tier"]),
             )
         )
         out.append("")
     return out
 
 
-def _paired_lines(answer: Answer, L: dict[str, str]) -> list[str]:
+def _paired_lines(answer: Answer, labels: dict[str, str]) -> list[str]:
     """Each precision's change vs FP16 as measured in the same session, per session: the
     figure in the table is their median."""
     out = []
@@ -532,7 +526,7 @@ def _paired_lines(answer: Answer, L: dict[str, str]) -> list[str]:
         pairs = r.get("paired_deltas") or []
         if not pairs:
             continue
-        parts = L["semicolon"].join(
+        parts = labels["semicolon"].join(
             f"{p['delta_pct']:+.1f}% ({p['source'].rsplit('/', 1)[-1]}"
             + ("" if p["session"] == "-" else f", {'session' if en else '会话'} {p['session']}")
             + ")"
@@ -550,7 +544,7 @@ def _paired_lines(answer: Answer, L: dict[str, str]) -> list[str]:
     return out
 
 
-def _compare_models(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _compare_models(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
     out = [
         _h(
@@ -558,7 +552,7 @@ def _compare_models(answer: Answer, L: dict[str, str], markdown: bool) -> list[s
             if answer.language == "en"
             else f"{result.extra.get('gpu')} 上的实测",
             markdown,
-            L,
+            labels,
         )
     ]
     rows = [
@@ -570,20 +564,20 @@ def _compare_models(answer: Answer, L: dict[str, str], markdown: bool) -> list[s
             "-" if r["delta_vs_fp16_pct"] is None else f"{r['delta_vs_fp16_pct']:+.1f}%",
             _fmt(r["throughput_tok_s"], 1),
             _fmt(r["power_w"]),
-            _tier(L, r["tier"]),
+            _tier(labels, r["tier"]),
         ]
         for r in result.rows
     ]
     out += _table(
         [
-            L["h_model"],
-            L["h_precision"],
-            L["h_j_1k"],
-            L["h_fp16_j_1k"],
-            L["h_vs_fp16"],
-            L["h_tok_s"],
-            L["h_w"],
-            L["h_tier"],
+            labels["h_model"],
+            labels["h_precision"],
+            labels["h_j_1k"],
+            labels["h_fp16_j_1k"],
+            labels["h_vs_fp16"],
+            labels["h_tok_s"],
+            labels["h_w"],
+            labels["h_tier"],
         ],
         rows,
         markdown,
@@ -591,7 +585,11 @@ def _compare_models(answer: Answer, L: dict[str, str], markdown: bool) -> list[s
     out.append("")
     chart = bar_chart(
         [
-            (f"{r['model']} {r['precision']}", r["energy_per_1k_tokens_j"], _tier(L, r["tier"]))
+            (
+                f"{r['model']} {r['precision']}",
+                r["energy_per_1k_tokens_j"],
+                _tier(labels, r["tier"]),
+            )
             for r in result.rows
         ],
         unit="J/1k",
@@ -615,7 +613,7 @@ def _compare_models(answer: Answer, L: dict[str, str], markdown: bool) -> list[s
         }[answer.language if answer.language in ("en", "zh") else "en"]
         if rec.get("delta_min_pct") is not None:
             out.append(
-                f"{L['recommendation']}: "
+                f"{labels['recommendation']}: "
                 + verdicts[rec["verdict"]].format(
                     p=", ".join(rec["precisions"]), lo=rec["delta_min_pct"], hi=rec["delta_max_pct"]
                 )
@@ -624,14 +622,14 @@ def _compare_models(answer: Answer, L: dict[str, str], markdown: bool) -> list[s
     return out
 
 
-def _optimize(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _optimize(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
     rec = result.recommendation
     out: list[str] = []
     if rec is None:
         return out
-    line = L["rec_optimize"].format(
-        label=L["recommendation"], p=rec["precision"], bs=rec["batch_size"]
+    line = labels["rec_optimize"].format(
+        label=labels["recommendation"], p=rec["precision"], bs=rec["batch_size"]
     )
     out.append(f"**{line}**" if markdown else line)
     for reason in rec.get("reasons", []):
@@ -646,20 +644,20 @@ def _optimize(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
             _fmt(r["throughput_tok_s"], 1),
             _fmt(r["vram_gb"], 1),
             _money(r.get("cost_usd_per_month")),
-            _tier(L, r["tier"]),
+            _tier(labels, r["tier"]),
         ]
         for r in result.rows[:8]
     ]
     out += _table(
         [
-            L["h_rank"],
-            L["h_precision"],
-            L["h_bs"],
-            L["h_j_1k"],
-            L["h_tok_s"],
-            L["h_vram"],
-            L["h_usd_month"],
-            L["h_tier"],
+            labels["h_rank"],
+            labels["h_precision"],
+            labels["h_bs"],
+            labels["h_j_1k"],
+            labels["h_tok_s"],
+            labels["h_vram"],
+            labels["h_usd_month"],
+            labels["h_tier"],
         ],
         rows,
         markdown,
@@ -670,7 +668,7 @@ def _optimize(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
             (
                 f"{r['precision']} BS{r['batch_size']}",
                 r["energy_per_1k_tokens_j"],
-                _tier(L, r["tier"]),
+                _tier(labels, r["tier"]),
             )
             for r in result.rows[:8]
         ],
@@ -683,88 +681,112 @@ def _optimize(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     if rejected:
         names = sorted({f"{r['precision']} ({', '.join(r['rejected_by'])})" for r in rejected})
         out.append(
-            ("Ruled out: " if answer.language == "en" else "已排除：") + L["semicolon"].join(names)
+            ("Ruled out: " if answer.language == "en" else "已排除：")
+            + labels["semicolon"].join(names)
         )
         out.append("")
-    out += _side_by_side(answer, L, markdown)
+    out += _side_by_side(answer, labels, markdown)
     return out
 
 
-def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
-    cur, opt = result.current or {}, result.optimized or {}
-    if not cur and not opt:
+    current, optimized = result.current or {}, result.optimized or {}
+    if not current and not optimized:
         return []
     money = result.money or {}
-    mc, mo = money.get("current") or {}, money.get("optimized") or {}
-    cur_m, opt_m = cur.get("monthly") or {}, opt.get("monthly") or {}
-    currency = mc.get("currency", "USD")
+    money_current, money_optimized = money.get("current") or {}, money.get("optimized") or {}
+    current_month, optimized_month = current.get("monthly") or {}, optimized.get("monthly") or {}
+    currency = money_current.get("currency", "USD")
     rows = [
         [
-            L["h_j_1k"],
-            _fmt_range(cur.get("energy_per_1k_tokens_j"), cur.get("energy_per_1k_tokens_j_range")),
-            _fmt_range(opt.get("energy_per_1k_tokens_j"), opt.get("energy_per_1k_tokens_j_range")),
+            labels["h_j_1k"],
+            _fmt_range(
+                current.get("energy_per_1k_tokens_j"), current.get("energy_per_1k_tokens_j_range")
+            ),
+            _fmt_range(
+                optimized.get("energy_per_1k_tokens_j"),
+                optimized.get("energy_per_1k_tokens_j_range"),
+            ),
         ],
         [
-            L["r_j_request"],
-            _fmt_range(cur.get("energy_per_request_j"), cur.get("energy_per_request_j_range")),
-            _fmt_range(opt.get("energy_per_request_j"), opt.get("energy_per_request_j_range")),
-        ],
-        [L["h_tok_s"], _fmt(cur.get("throughput_tok_s"), 1), _fmt(opt.get("throughput_tok_s"), 1)],
-        [L["h_w"], _fmt(cur.get("power_w")), _fmt(opt.get("power_w"))],
-        [L["h_vram"], _fmt(cur.get("vram_gb"), 1), _fmt(opt.get("vram_gb"), 1)],
-        [L["r_requests_month"], _fmt(cur_m.get("requests")), _fmt(opt_m.get("requests"))],
-        [
-            L["r_kwh_month"],
-            _fmt_range(cur_m.get("energy_kwh"), cur_m.get("energy_kwh_range"), 2),
-            _fmt_range(opt_m.get("energy_kwh"), opt_m.get("energy_kwh_range"), 2),
+            labels["r_j_request"],
+            _fmt_range(
+                current.get("energy_per_request_j"), current.get("energy_per_request_j_range")
+            ),
+            _fmt_range(
+                optimized.get("energy_per_request_j"), optimized.get("energy_per_request_j_range")
+            ),
         ],
         [
-            L["r_cost_month"],
+            labels["h_tok_s"],
+            _fmt(current.get("throughput_tok_s"), 1),
+            _fmt(optimized.get("throughput_tok_s"), 1),
+        ],
+        [labels["h_w"], _fmt(current.get("power_w")), _fmt(optimized.get("power_w"))],
+        [labels["h_vram"], _fmt(current.get("vram_gb"), 1), _fmt(optimized.get("vram_gb"), 1)],
+        [
+            labels["r_requests_month"],
+            _fmt(current_month.get("requests")),
+            _fmt(optimized_month.get("requests")),
+        ],
+        [
+            labels["r_kwh_month"],
+            _fmt_range(current_month.get("energy_kwh"), current_month.get("energy_kwh_range"), 2),
+            _fmt_range(
+                optimized_month.get("energy_kwh"), optimized_month.get("energy_kwh_range"), 2
+            ),
+        ],
+        [
+            labels["r_cost_month"],
             _money(
-                mc.get("cost_usd", cur_m.get("cost_usd")),
-                mc.get("cost_cny"),
+                money_current.get("cost_usd", current_month.get("cost_usd")),
+                money_current.get("cost_cny"),
                 currency,
-                mc.get("cost_local"),
+                money_current.get("cost_local"),
             ),
             _money(
-                mo.get("cost_usd", opt_m.get("cost_usd")),
-                mo.get("cost_cny"),
+                money_optimized.get("cost_usd", optimized_month.get("cost_usd")),
+                money_optimized.get("cost_cny"),
                 currency,
-                mo.get("cost_local"),
+                money_optimized.get("cost_local"),
             )
-            if opt
+            if optimized
             else "-",
         ],
         [
-            L["r_cost_year"],
-            _money_year(mc, cur_m, currency),
-            _money_year(mo, opt_m, currency) if opt else "-",
+            labels["r_cost_year"],
+            _money_year(money_current, current_month, currency),
+            _money_year(money_optimized, optimized_month, currency) if optimized else "-",
         ],
         [
-            L["r_co2_month"],
-            _fmt_range(cur_m.get("co2_kg"), cur_m.get("co2_kg_range"), 2),
-            _fmt_range(opt_m.get("co2_kg"), opt_m.get("co2_kg_range"), 2),
+            labels["r_co2_month"],
+            _fmt_range(current_month.get("co2_kg"), current_month.get("co2_kg_range"), 2),
+            _fmt_range(optimized_month.get("co2_kg"), optimized_month.get("co2_kg_range"), 2),
         ],
         [
-            L["h_tier"],
-            _tier(L, cur.get("tier", "none")),
-            _tier(L, opt.get("tier", "none")) if opt else "-",
+            labels["h_tier"],
+            _tier(labels, current.get("tier", "none")),
+            _tier(labels, optimized.get("tier", "none")) if optimized else "-",
         ],
     ]
-    dep = result.deployment
+    deployment = result.deployment
     rec = result.recommendation or {}
-    cur_label = (
-        L["setup"].format(label=L["current"], p=dep.precision, bs=dep.batch_size)
-        if dep
-        else L["current"]
+    current_label = (
+        labels["setup"].format(
+            label=labels["current"], p=deployment.precision, bs=deployment.batch_size
+        )
+        if deployment
+        else labels["current"]
     )
-    opt_label = (
-        L["setup"].format(label=L["optimized"], p=rec.get("precision"), bs=rec.get("batch_size"))
+    optimized_label = (
+        labels["setup"].format(
+            label=labels["optimized"], p=rec.get("precision"), bs=rec.get("batch_size")
+        )
         if rec
-        else L["optimized"]
+        else labels["optimized"]
     )
-    out = _table(["", cur_label, opt_label], rows, markdown)
+    out = _table(["", current_label, optimized_label], rows, markdown)
     out.append("")
     saving_usd = money.get("saving_usd")
     local = _local_price(answer)
@@ -799,7 +821,9 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
                 if pct is not None
                 else ""
             )
-            out.append(f"{L['extra_cost']}{L['colon']}{amount} {L['per_month']}{more}{L['stop']}")
+            out.append(
+                f"{labels['extra_cost']}{labels['colon']}{amount} {labels['per_month']}{more}{labels['stop']}"
+            )
         else:
             less = (
                 (
@@ -810,7 +834,9 @@ def _side_by_side(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
                 if pct is not None
                 else ""
             )
-            out.append(f"{L['saving']}{L['colon']}{amount} {L['per_month']}{less}{L['stop']}")
+            out.append(
+                f"{labels['saving']}{labels['colon']}{amount} {labels['per_month']}{less}{labels['stop']}"
+            )
         out.append("")
     return out
 
@@ -827,22 +853,24 @@ def _local_price(answer: Answer) -> tuple[float, str] | None:
     return float(price), SYMBOLS.get(str(currency), f"{currency} ")
 
 
-def _batching(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _batching(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     advice = answer.batching
     if advice is None:
         return []
     lines = advice.lines(answer.language, _local_price(answer))
     if not lines:
         return []
-    return [_h(L["batching"], markdown, L), *(f"- {line}" for line in lines), ""]
+    return [_h(labels["batching"], markdown, labels), *(f"- {line}" for line in lines), ""]
 
 
-def _estimate(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _estimate(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
-    out = [_h("Estimate" if answer.language == "en" else "估算", markdown, L)]
+    out = [_h("Estimate" if answer.language == "en" else "估算", markdown, labels)]
     if (result.current or {}).get("tier", "none") == "none":
         out.append(
-            L["not_available"] + L["colon"] + str((result.current or {}).get("method") or "")
+            labels["not_available"]
+            + labels["colon"]
+            + str((result.current or {}).get("method") or "")
         )
         out.append("")
         return out
@@ -850,11 +878,11 @@ def _estimate(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
     if method:
         out.append(("Method: " if answer.language == "en" else "方法：") + str(method))
         out.append("")
-    out += _side_by_side(answer, L, markdown)
+    out += _side_by_side(answer, labels, markdown)
     return out
 
 
-def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _diagnose(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
     out: list[str] = []
     if result.rows:
@@ -864,28 +892,36 @@ def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                 _fmt(r["observed"], 1),
                 _fmt(r["expected"], 1),
                 "-" if r["gap_pct"] is None else f"{r['gap_pct']:+.1f}%",
-                _tier(L, r["tier"]),
+                _tier(labels, r["tier"]),
             ]
             for r in result.rows
         ]
-        headers = [L["h_metric"], L["observed"], L["expected"], L["h_gap"], L["h_tier"]]
+        headers = [
+            labels["h_metric"],
+            labels["observed"],
+            labels["expected"],
+            labels["h_gap"],
+            labels["h_tier"],
+        ]
         out += _table(headers, rows, markdown)
         out.append("")
     rec = result.recommendation or {}
     if rec.get("rule"):
         conf = result.extra.get("confidence")
-        conf = L.get(f"conf_{conf}", str(conf))
-        out.append(f"{L['confidence']}{L['colon']}{conf}" + L["paren"].format(rec["rule"]))
+        conf = labels.get(f"conf_{conf}", str(conf))
+        out.append(
+            f"{labels['confidence']}{labels['colon']}{conf}" + labels["paren"].format(rec["rule"])
+        )
         out.append("")
     elif result.mood != Mood.GRAY:
-        out.append(L["no_trap"])
+        out.append(labels["no_trap"])
         out.append("")
     for item in result.extra.get("explained", []):
         why = item.get("why")
         if answer.language == "zh" and item.get("rule") in TRAPS_ZH:
             why = TRAPS_ZH[item["rule"]][1]
         if why:
-            out.append(f"{item['rule']}{L['colon']}{why}")
+            out.append(f"{item['rule']}{labels['colon']}{why}")
         ev = sorted(
             _relevant_evidence(
                 [e for e in item.get("evidence") or [] if isinstance(e, dict)],
@@ -903,11 +939,17 @@ def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                         str(e.get("precision", "-")),
                         _fmt(e.get("energy_j_per_1k") or e.get("energy_per_1k_tokens_j")),
                         "-" if delta is None else f"{delta:+.1f}%",
-                        _tier(L, e.get("tier", "-")),
+                        _tier(labels, e.get("tier", "-")),
                     ]
                 )
         if ev_rows:
-            headers = [L["h_row"], L["h_precision"], L["h_j_1k"], L["h_vs_fp16"], L["h_tier"]]
+            headers = [
+                labels["h_row"],
+                labels["h_precision"],
+                labels["h_j_1k"],
+                labels["h_vs_fp16"],
+                labels["h_tier"],
+            ]
             out += _table(headers, ev_rows, markdown)
             gpu = result.deployment.gpu.profile if result.deployment else None
             others = sorted({str(e.get("gpu")) for e in ev if e.get("gpu") != gpu})
@@ -918,15 +960,15 @@ def _diagnose(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
                     else f"（以上数据测于 {', '.join(others)}：该陷阱没有 {gpu} 上的数据）"
                 )
         out.append("")
-    out += _crossovers(answer, L, markdown)
-    out += _verify_steps(answer, L, markdown)
+    out += _crossovers(answer, labels, markdown)
+    out += _verify_steps(answer, labels, markdown)
     return out
 
 
 _FIXED_PRECISION = {"int8-mixed": "int8_pure", "small-model-quant": "fp16", "fp8-eager": "bf16"}
 
 
-def _verify_steps(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _verify_steps(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     """How to check that the fix worked: measure before and after, same workload."""
     result = answer.result
     rec = result.recommendation or {}
@@ -969,10 +1011,10 @@ def _verify_steps(answer: Answer, L: dict[str, str], markdown: bool) -> list[str
             "and after."
         )
     title = "验证修复" if zh else "Verify the fix"
-    return [_h(title, markdown, L), *(f"{i}. {s}" for i, s in enumerate(steps, start=1)), ""]
+    return [_h(title, markdown, labels), *(f"{i}. {s}" for i, s in enumerate(steps, start=1)), ""]
 
 
-def _trade_offs(answer: Answer, L: dict[str, str]) -> list[str]:
+def _trade_offs(answer: Answer, labels: dict[str, str]) -> list[str]:
     """Besides energy: memory, latency, cost and accuracy, per precision compared."""
     rows = [r for r in answer.result.rows if r.get("energy_per_1k_tokens_j") is not None]
     if len(rows) < 2:
@@ -1010,7 +1052,7 @@ def _trade_offs(answer: Answer, L: dict[str, str]) -> list[str]:
         "on your own evaluation set before switching"
     )
     title = "其他取舍" if zh else "Other trade-offs"
-    return [_head(title, L), *(f"- {line}" for line in out), ""]
+    return [_head(title, labels), *(f"- {line}" for line in out), ""]
 
 
 def _relevant_evidence(rows: list[dict[str, Any]], gpu: str | None) -> list[dict[str, Any]]:
@@ -1030,7 +1072,7 @@ def _relevant_evidence(rows: list[dict[str, Any]], gpu: str | None) -> list[dict
     return trap_rows + baselines if trap_rows else rows
 
 
-def _crossovers(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _crossovers(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     items = answer.result.extra.get("crossovers") or []
     if not items:
         return []
@@ -1044,44 +1086,44 @@ def _crossovers(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
             c["architecture"],
             c["precision"],
             _fmt(c["fitted_b"], 2) + "B" if c["fitted_b"] else "-",
-            _tier(L, c["fitted_tier"]),
+            _tier(labels, c["fitted_tier"]),
             _fmt(c["reported_b"], 1) + "B" if c["reported_b"] else "-",
-            _tier(L, c["reported_tier"]),
+            _tier(labels, c["reported_tier"]),
         ]
         for c in items
     ]
     headers = [
-        L["h_architecture"],
-        L["h_precision"],
-        L["h_fitted"],
-        L["h_tier"],
-        L["h_published"],
-        L["h_tier"],
+        labels["h_architecture"],
+        labels["h_precision"],
+        labels["h_fitted"],
+        labels["h_tier"],
+        labels["h_published"],
+        labels["h_tier"],
     ]
     return [
-        _h(title, markdown, L),
+        _h(title, markdown, labels),
         *_table(headers, rows, markdown),
         "",
     ]
 
 
-def _audit(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _audit(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     paths = answer.result.extra.get("paths") or []
     return [("Files: " if answer.language == "en" else "文件：") + ", ".join(paths), ""]
 
 
-def _findings(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
+def _findings(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     findings = answer.result.findings
     if not findings:
         return []
-    out = [_head(L["findings"], L)]
+    out = [_head(labels["findings"], labels)]
     for f in findings:
         impact = ""
         if f.impact is not None and f.impact.extra_energy_pct is not None:
-            tier = _tier(L, f.impact.tier)
-            impact = L["impact"].format(pct=f.impact.extra_energy_pct, tier=tier)
+            tier = _tier(labels, f.impact.tier)
+            impact = labels["impact"].format(pct=f.impact.extra_energy_pct, tier=tier)
             if f.impact.extra_usd_per_month is not None:
-                impact = L["impact_usd"].format(
+                impact = labels["impact_usd"].format(
                     pct=f.impact.extra_energy_pct, usd=f.impact.extra_usd_per_month, tier=tier
                 )
         _title, message, fix_summary = trap_text(
@@ -1089,48 +1131,45 @@ def _findings(answer: Answer, L: dict[str, str], markdown: bool) -> list[str]:
         )
         if f.rule == "batch-size-one":
             message, fix_summary = f.message, f.fix_summary or ""  # the advisor's own wording
-        out.append(f"- {mood_tag(f.mood)} {f.rule}{L['colon']}{message}{impact}")
+        out.append(f"- {mood_tag(f.mood)} {f.rule}{labels['colon']}{message}{impact}")
         fix = f"`{f.fix}`" if markdown else f.fix
-        out.append(f"  {L['fix']}{L['colon']}{fix_summary} {fix}".rstrip())
+        out.append(f"  {labels['fix']}{labels['colon']}{fix_summary} {fix}".rstrip())
     out.append("")
     return out
 
 
-def _honesty(answer: Answer, L: dict[str, str]) -> list[str]:
+def _honesty(answer: Answer, labels: dict[str, str]) -> list[str]:
     if not answer.honesty:
         return []
-    out = [_head(L["honesty"], L)]
+    out = [_head(labels["honesty"], labels)]
+    lang = answer.language
     for note in answer.honesty:
-        measured, published = note["measured"], note["published"]
+        measured, published = note.measured, note.published
         m = (
             f"{measured[0]:+.1f}% .. {measured[1]:+.1f}%"
             if isinstance(measured, list)
             else f"{measured:g}"
         )
-        p = (
-            f"{published[0]:+.1f}% .. {published[1]:+.1f}%"
-            if isinstance(published, list)
-            else (f"{published:g}" if isinstance(published, (int, float)) else str(published))
-        )
-        zh = answer.language == "zh"
-        topic = note.get("topic_zh", note["topic"]) if zh else note["topic"]
-        unit = note.get("unit_zh", note.get("unit", "")) if zh else note.get("unit", "")
-        if zh and isinstance(published, str):
-            p = note.get("published_zh", p)
+        if isinstance(published, Text):
+            p = published.get(lang)
+        elif isinstance(published, list):
+            p = f"{published[0]:+.1f}% .. {published[1]:+.1f}%"
+        else:
+            p = f"{published:g}"
         out.append(
-            f"- {topic}{L['paren'].format(unit)}{L['colon']}"
-            f"{L['measured']} {m} [{_tier(L, note['measured_tier'])}]{L['semicolon']}"
-            f"{L['published']} {p} [{_tier(L, note['published_tier'])}]"
+            f"- {note.topic.get(lang)}{labels['paren'].format(note.unit.get(lang))}{labels['colon']}"
+            f"{labels['measured']} {m} [{_tier(labels, note.measured_tier)}]{labels['semicolon']}"
+            f"{labels['published']} {p} [{_tier(labels, note.published_tier)}]"
         )
     out.append("")
     return out
 
 
-def _out_of_data(answer: Answer, L: dict[str, str], lang: str, markdown: bool) -> list[str]:
-    out = [_head(L["out_of_data"], L)]
+def _out_of_data(answer: Answer, labels: dict[str, str], lang: str, markdown: bool) -> list[str]:
+    out = [_head(labels["out_of_data"], labels)]
     out.extend(f"- {o['detail']}" for o in answer.result.out_of_data)
     out.append("")
-    out.append(_h(L["protocol_steps"], markdown, L))
+    out.append(_h(labels["protocol_steps"], markdown, labels))
     steps = list(_MEASUREMENT_STEPS.get(lang, _MEASUREMENT_STEPS["en"]))
     vendor = answer.vendor
     if vendor is not None:
@@ -1154,22 +1193,29 @@ def _out_of_data(answer: Answer, L: dict[str, str], lang: str, markdown: bool) -
     return out
 
 
-def _citation(answer: Answer, L: dict[str, str]) -> str:
+def _citation(answer: Answer, labels: dict[str, str]) -> str:
     result = answer.result
     extra_sources: list[str] = []
     for note in answer.honesty:
-        extra_sources.extend(note.get("sources") or [])
+        extra_sources.extend(note.sources)
     sources, tiers = cite(result.evidence, list(result.sources) + extra_sources)
     count = sum(tiers.values())
     if count:
-        tier_text = L["comma"].join(
-            f"{n} {_tier(L, t)}" for t, n in sorted(tiers.items(), key=lambda kv: (-kv[1], kv[0]))
+        tier_text = labels["comma"].join(
+            f"{n} {_tier(labels, t)}"
+            for t, n in sorted(tiers.items(), key=lambda kv: (-kv[1], kv[0]))
         )
-        used = f"{count} {L['rows']}" + L["paren"].format(tier_text)
+        used = f"{count} {labels['rows']}" + labels["paren"].format(tier_text)
     else:
-        used = L["no_rows"]
-    src = L["semicolon"] + L["sources"] + L["colon"] + L["comma"].join(sources) if sources else ""
-    return L["citation"].format(data=L["data"], used=used, src=src, attribution=ATTRIBUTION)
+        used = labels["no_rows"]
+    src = (
+        labels["semicolon"] + labels["sources"] + labels["colon"] + labels["comma"].join(sources)
+        if sources
+        else ""
+    )
+    return labels["citation"].format(
+        data=labels["data"], used=used, src=src, attribution=ATTRIBUTION
+    )
 
 
 def _delta_vs_fp16(row: dict, evidence: list) -> float | None:

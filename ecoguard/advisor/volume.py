@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from ecoguard.advisor.numbers import CN_NUMBER, NUMBER, format_count, parse_chinese_number
+from ecoguard.advisor.texts import Text
 
 # Conversion constants (stated in every answer that uses them).
 REQUESTS_PER_USER = 5  # requests one user sends per period, when a question counts users
@@ -201,20 +202,25 @@ _SUFFIX_DAU = re.compile(r"\s*(?:日活|dau\b)", re.I)
 @dataclass(frozen=True, slots=True)
 class Conversion:
     """One unit conversion, shown to the user: ``source`` as written, ``value`` after
-    conversion, ``rule_en``/``rule_zh`` the assumption used."""
+    conversion, ``rule`` the assumption used (both in English and Chinese)."""
 
     field: str
-    source: str
+    source: Text
     value: float
-    rule_en: str
-    rule_zh: str
+    rule: Text
+
+    @classmethod
+    def of(
+        cls, field: str, source: str, value: float, en: str, zh: str, source_zh: str | None = None
+    ) -> Conversion:
+        return cls(field, Text(source, source_zh or source), value, Text(en, zh))
 
     def to_dict(self) -> dict[str, object]:
         return {
             "field": self.field,
-            "source": self.source,
+            "source": self.source.en,
             "value": self.value,
-            "rule": self.rule_en,
+            "rule": self.rule.en,
         }
 
 
@@ -505,7 +511,7 @@ def extract_volume(
                 q.kind == "users" or q.period not in (None, "month") or q.count >= 1000
             ):
                 conversions.append(
-                    Conversion("requests_per_month", q.source, monthly, rule_en, rule_zh)
+                    Conversion.of("requests_per_month", q.source, monthly, rule_en, rule_zh)
                 )
             requests.append((round(monthly), q.source))
         elif tokens is None:
@@ -515,7 +521,9 @@ def extract_volume(
             rule_en = " ".join(r for r in (conv_en, rule_en) if r)
             rule_zh = " ".join(r for r in (conv_zh, rule_zh) if r)
             if rule_en:
-                conversions.append(Conversion("total_tokens", q.source, tokens, rule_en, rule_zh))
+                conversions.append(
+                    Conversion.of("total_tokens", q.source, tokens, rule_en, rule_zh)
+                )
     if len({v for v, _ in requests}) > 1:
         raise ValueError("; ".join(src for _, src in requests))
     return Volume(

@@ -119,8 +119,8 @@ def test_honesty_pure_int8_on_a800():
         for r in find_rows(gpu="a800", precision="int8_pure", batch_size=1)
         if r.tier == "measured" and r.delta_vs_fp16_pct is not None
     ]
-    notes = [h for h in ans.honesty if "pure INT8" in h["topic"]]
-    assert notes and notes[0]["measured"][0] == pytest.approx(round(min(measured), 1))
+    notes = [h for h in ans.honesty if "pure INT8" in h.topic.en]
+    assert notes and notes[0].measured[0] == pytest.approx(round(min(measured), 1))
 
 
 @pytest.mark.parametrize(

@@ -226,9 +226,9 @@ def test_question_table(question, protocol, expected):
 def test_conversions_are_listed():
     parsed = parse_question("我想用 Yi-6B 跑 100 万字, 要花多少钱?")
     (conv,) = [c for c in parsed.conversions if c.field == "total_tokens"]
-    assert conv.value == 500_000 and "2" in conv.rule_en
+    assert conv.value == 500_000 and "2" in conv.rule.en
     users = parse_question("Qwen2-7B for 10,000 users/day on A800")
-    assert any("5 requests per user" in c.rule_en for c in users.conversions)
+    assert any("5 requests per user" in c.rule.en for c in users.conversions)
 
 
 @pytest.mark.parametrize(

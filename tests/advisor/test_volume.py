@@ -73,10 +73,10 @@ def test_table(text, requests, tokens, monthly_tokens, concurrency):
 
 def test_every_conversion_is_stated():
     volume = extract_volume("100 requests per second")
-    assert [c.rule_en for c in volume.conversions] == ["x 86,400 s a day x 30 days"]
-    assert volume.conversions[0].rule_zh  # and in Chinese
+    assert [c.rule.en for c in volume.conversions] == ["x 86,400 s a day x 30 days"]
+    assert volume.conversions[0].rule.zh  # and in Chinese
     chars = extract_volume("1 million Chinese characters")
-    assert "2 Chinese characters per token" in chars.conversions[0].rule_en
+    assert "2 Chinese characters per token" in chars.conversions[0].rule.en
 
 
 def test_two_different_volumes_are_a_contradiction():
