@@ -29,3 +29,4 @@ run ledger           "$py" benchmarks/ledger_throughput.py
 run energy_accuracy  "$py" benchmarks/energy_accuracy.py
 run sampler_cost     "$py" benchmarks/sampler_cost.py
 run batching         "$py" benchmarks/batching.py
+run audit_scaling    "$py" benchmarks/audit_scaling.py --mcp

@@ -13,8 +13,13 @@ Environment variables (all optional):
 - ``ECOGUARD_METRICS_PORT`` / ``ECOGUARD_METRICS_ADDR``: serve /metrics (default off; addr
   127.0.0.1).
 - ``ECOGUARD_REGION``: electricity price and grid intensity region (default ``us``).
-- ``ECOGUARD_PRICE_USD_PER_KWH``, ``ECOGUARD_GRID_GCO2_PER_KWH``, ``ECOGUARD_PUE``: overrides.
-- ``ECOGUARD_MONTHLY_REQUESTS``: volume used to express alert impact in $/month (default 1e6).
+- ``ECOGUARD_PRICE_USD_PER_KWH`` (above 0, at most 10), ``ECOGUARD_GRID_GCO2_PER_KWH`` (above 0,
+  at most 2000), ``ECOGUARD_PUE`` (1 to 5): overrides of the region's figures.
+- ``ECOGUARD_MONTHLY_REQUESTS``: volume used to express alert impact in $/month (default 1e6; a
+  whole number from 0 to 1e12).
+
+Numbers must be finite (``nan`` and ``inf`` are refused). A bad value is a UsageError naming the
+variable (the CLI exits 2); at ``import ecoguard.auto`` it is a RuntimeWarning and the default.
 - ``ECOGUARD_LOG_FORMAT``: ``lobster`` (default), ``plain`` or ``json``.
 - ``ECOGUARD_BATCHING``, ``ECOGUARD_MAX_BATCH_SIZE``, ``ECOGUARD_MAX_WAIT_MS``: opt-in
   coalescing of concurrent generate calls.
