@@ -272,3 +272,29 @@ async def test_audit_code_has_a_time_limit(monkeypatch):
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_a_line_over_the_limit_is_refused_unread(monkeypatch):
+    """A line longer than MAX_LINE_BYTES is skipped to its end and answered, and the next
+    line is read normally."""
+    import io
+
+    import anyio
+
+    import ecoguard.mcp_stdio as wire
+
+    monkeypatch.setattr(wire, "MAX_LINE_BYTES", 64)
+    ping = b'{"jsonrpc":"2.0","id":2,"method":"ping"}'
+    stream = io.BytesIO(
+        b'{"jsonrpc":"2.0","id":1,"method":"x","pad":"' + b"z" * 500 + b'"}\n' + ping + b"\n"
+    )
+    written = io.BytesIO()
+    writer = wire._Writer(written)
+
+    async def first_passed_line() -> str:
+        return await wire._CheckedLines(stream, writer).__anext__()
+
+    assert anyio.run(first_passed_line) == ping.decode()
+    [reply] = [json.loads(line) for line in written.getvalue().splitlines()]
+    assert reply["id"] is None and reply["error"]["code"] == INVALID_REQUEST
+    assert "over 64 bytes" in reply["error"]["message"]
