@@ -31,8 +31,18 @@ def want_tiny(tiny: bool | None = None) -> bool:
     return bool(tiny) or os.environ.get("EXAMPLE_TINY", "") == "1"
 
 
+def is_random(tokenizer: Any) -> bool:
+    """True for the tiny model (random weights: its answers are noise, only the energy is real)."""
+    return isinstance(tokenizer, ByteTokenizer)
+
+
 def load(tiny: bool | None = None) -> tuple[Any, Any]:
     """(model, tokenizer). ``tokenizer`` is a transformers tokenizer or a :class:`ByteTokenizer`."""
+    from ecoguard.demo import quiet_third_parties
+
+    # Not needed for ecoguard: keeps the examples' output to their own lines (no notices about
+    # optional kernels this machine lacks, no deprecation notes, no progress bars).
+    quiet_third_parties()
     from transformers import AutoModelForCausalLM
 
     if not want_tiny(tiny):
@@ -44,11 +54,12 @@ def load(tiny: bool | None = None) -> tuple[Any, Any]:
             return model.eval(), prepared.tokenizer
     from ecoguard.testing.models import build_tiny_model
 
-    # A named folder, since the guard labels metrics and ledger rows with the model's folder name.
-    path = build_tiny_model(
-        os.path.join(tempfile.mkdtemp(prefix="ecoguard-example-"), "tiny-llama")
-    )
-    return AutoModelForCausalLM.from_pretrained(path).eval(), ByteTokenizer()
+    # A named folder, since the guard labels metrics and ledger rows with the model's folder
+    # name; removed once loaded (the weights are in memory by then).
+    with tempfile.TemporaryDirectory(prefix="ecoguard-example-") as folder:
+        path = build_tiny_model(os.path.join(folder, "tiny-llama"))
+        model = AutoModelForCausalLM.from_pretrained(path).eval()
+    return model, ByteTokenizer()
 
 
 def encode_batch(tokenizer: Any, prompts: list[str]) -> dict[str, Any]:

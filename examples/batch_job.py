@@ -72,11 +72,20 @@ def main() -> None:
     if args.json:
         print(json.dumps(result))
         return
-    for prompt, answer in zip(prompts, answers, strict=True):
-        print(f"- {prompt}\n  {answer[:120]!r}")
+    if _model.is_random(tokenizer):
+        print(
+            f"{len(prompts)} prompts answered by a tiny model with random weights (--tiny or "
+            "EXAMPLE_TINY=1): its answers are random bytes, so they are not shown (its calls, "
+            "tokens and energy below are real)"
+        )
+    else:
+        for prompt, answer in zip(prompts, answers, strict=True):
+            print(f"- {prompt}\n  {answer}")
     per_token = m.joules_per_token
+    calls = "generate call" if result["calls"] == 1 else "generate calls"
     print(
-        f"\n{result['prompts']} prompts in {result['calls']} generate calls: {m.tokens} tokens, "
+        f"\n{result['prompts']} prompts in {result['calls']} {calls}: {m.tokens} "
+        f"{'token' if m.tokens == 1 else 'tokens'}, "
         f"{m.energy_j:.1f} J, {per_token:.3g} J/token [{m.tier}] on {', '.join(m.gpus)}"
         if per_token is not None
         else f"\nno tokens measured [{m.tier}]"

@@ -131,6 +131,8 @@ def main() -> None:
             server.shutdown()
             ecoguard.uninstall()  # stops the meter, writes the ledger, closes /metrics
         return
+    if _model.is_random(GenerateHandler.tokenizer):
+        print("model: a tiny one with random weights (--tiny or EXAMPLE_TINY=1): answers are noise")
     print(f"serving http://127.0.0.1:{args.port}/generate; metrics at {metrics_url()}", flush=True)
     try:
         threading.Event().wait()

@@ -26,17 +26,40 @@ GUNICORN_DIR = EXAMPLES / "gunicorn"
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The test's environment (ECOGUARD_* already cleared by the root conftest) plus a simulated
-    GPU, a private ledger and the tiny model."""
+    GPU, a private ledger, the tiny model and a private temp dir (checked to be left empty)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ECOGUARD_")}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
     env.update(
         ECOGUARD_BACKEND="simulated",
         ECOGUARD_LEDGER=str(tmp_path / "ledger.sqlite"),
         XDG_CACHE_HOME=str(tmp_path / "cache"),
         EXAMPLE_TINY="1",
         OMP_NUM_THREADS="1",
+        TMPDIR=str(tmp_path / "tmp"),
+        # torch's compile cache is kept across runs by design (not a leftover): give it its own
+        # place so the temp dir check sees only what the examples leave.
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch-cache"),
     )
     env.update(extra)
     return env
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_in_the_temp_dir(tmp_path):
+    """Every example cleans up after itself: the temp dir its processes used ends up empty."""
+    yield
+    temp = tmp_path / "tmp"
+    left = sorted(p.name for p in temp.iterdir()) if temp.is_dir() else []
+    assert left == [], f"left in the temp dir: {left}"
+
+
+# Lines that are not the example's own output: third-party start-up notices and progress bars.
+NOISE = ("Failed to load", "_pytree", "it/s]", "%|", "DeprecationWarning", "FutureWarning")
+
+
+def _assert_no_noise(text: str) -> None:
+    noisy = [line for line in text.splitlines() if any(mark in line for mark in NOISE)]
+    assert noisy == [], noisy
 
 
 def _run(args: list[str], env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
@@ -66,8 +89,14 @@ def test_serve_http_self_test(tmp_path):
     assert len(rows) == 9 and all(r["batch_size"] == 1 for r in rows)
     # /metrics counted exactly the tokens the ledger recorded.
     assert result["tokens_total"] == sum(r["tokens"] for r in rows) > 0
-    # Nine one-request calls in a row: the guard's batch-size-one alert went to stderr.
+    # Nine one-request calls in a row: the guard's batch-size-one alert went to stderr (as a
+    # log line and once as an EnergyTrapWarning), and nothing else did.
     assert "(batch-size-one)" in proc.stderr
+    _assert_no_noise(proc.stderr)
+    for line in proc.stderr.splitlines():
+        alert = line.startswith(("[", "  "))
+        assert not line or alert or "EnergyTrapWarning: [batch-size-one]" in line, line
+    assert len(proc.stdout.strip().splitlines()) == 1
 
 
 def test_batch_job_measures_the_whole_job(tmp_path):
@@ -94,8 +123,23 @@ def test_batch_job_reads_a_prompt_file(tmp_path):
         [str(EXAMPLES / "batch_job.py"), "--prompts", str(prompts), "--max-new-tokens", "4"],
         _env(tmp_path),
     )
-    assert "3 prompts in 1 generate calls" in proc.stdout
+    assert "3 prompts in 1 generate call:" in proc.stdout
     assert "[simulated]" in proc.stdout
+
+
+def test_batch_job_prints_only_its_own_output(tmp_path):
+    proc = _run(
+        [str(EXAMPLES / "batch_job.py"), "--batch-size", "4", "--max-new-tokens", "5"],
+        _env(tmp_path),
+    )
+    assert proc.stderr == ""  # no third-party notices, warnings or progress bars
+    lines = [line for line in proc.stdout.splitlines() if line]
+    assert len(lines) == 2, proc.stdout
+    # The tiny model's answers are random bytes: it says so instead of printing them.
+    assert "random weights" in lines[0] and "not shown" in lines[0]
+    assert lines[1].startswith("8 prompts in 2 generate calls: ")
+    assert lines[1].endswith("[simulated] on NVIDIA A800-SXM4-80GB")
+    assert "\ufffd" not in proc.stdout
 
 
 def test_gunicorn_config_parses(monkeypatch, tmp_path):
