@@ -6,6 +6,7 @@ Usage::
     .venv/bin/python tools/render_dashboard.py [--out docs/dashboard.png] [--duration-s 80]
         [--save-data FILE] [--from-data FILE]
     .venv/bin/python tools/render_dashboard.py --write-fleet-panels  # the JSON's fleet row
+    .venv/bin/python tools/render_dashboard.py --write-engine-panels  # engine + fleet rows
 
 Grafana itself is not installable offline, so this script plays its part: it starts Debian's
 ``prometheus`` binary on a free loopback port (temp config and storage, 1 s scrape and rule
@@ -89,10 +90,6 @@ NO_DATA_REASONS = {
     "ecoguard_reference_energy_per_token_joules": (
         "no reference row covers these tiny models, so no reference series is exported"
     ),
-    # The engine panels join the sidecar's GPU energy with a serving engine's own token
-    # counters; this workload is a guarded Python process, not an engine.
-    "engine:": "no serving engine (vLLM, TGI, SGLang, llama.cpp) is scraped in this run",
-    "engine_model:": "no serving engine (vLLM, TGI, SGLang, llama.cpp) is scraped in this run",
 }
 
 
@@ -860,21 +857,34 @@ _FLEET_PANELS = (
 
 def fleet_panels(top: int) -> list[dict[str, Any]]:
     """The fleet row and its panels, laid out from grid row ``top`` down, two panels a row."""
+    return row_panels(
+        FLEET_PANEL_IDS,
+        "Fleet (Kubernetes: by model, namespace, node and cluster)",
+        _FLEET_PANELS,
+        top,
+    )
+
+
+def row_panels(
+    ids: range, row_title: str, specs: tuple[tuple[Any, ...], ...], top: int
+) -> list[dict[str, Any]]:
+    """A generated row: the row panel (``ids[0]``) and one timeseries panel per
+    (title, unit, description, [(expr, legend), ...]) spec, two a row, from grid row ``top``."""
     datasource = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
     panels: list[dict[str, Any]] = [
         {
-            "id": FLEET_PANEL_IDS[0],
+            "id": ids[0],
             "type": "row",
-            "title": "Fleet (Kubernetes: by model, namespace, node and cluster)",
+            "title": row_title,
             "collapsed": False,
             "gridPos": {"h": 1, "w": 24, "x": 0, "y": top},
             "panels": [],
         }
     ]
-    for index, (title, unit, description, targets) in enumerate(_FLEET_PANELS):
+    for index, (title, unit, description, targets) in enumerate(specs):
         panels.append(
             {
-                "id": FLEET_PANEL_IDS[1 + index],
+                "id": ids[1 + index],
                 "type": "timeseries",
                 "title": title,
                 "description": description,
@@ -945,6 +955,69 @@ def write_fleet_panels(path: Path = DASHBOARD) -> bool:
     return updated != current
 
 
+# --------------------------------------------------------------------------- engine panels
+
+# The serving-engine row (vLLM, TGI, SGLang, llama.cpp with no plugin: the sidecar's GPU energy
+# over the engine's own token counters, grafana/prometheus/ecoguard-engine-rules.yml, see
+# docs/engines.md) is written into the JSON by this script too (`--write-engine-panels`), just
+# above the fleet row; tests/engines/test_engine_rules.py checks the JSON holds it.
+ENGINE_PANEL_IDS = range(300, 400)
+ENGINE_NO_DATA = "no serving engine (vLLM, TGI, SGLang, llama.cpp) is scraped in this run"
+NO_DATA_REASONS["engine:"] = ENGINE_NO_DATA
+NO_DATA_REASONS["engine_model:"] = ENGINE_NO_DATA
+
+_ENGINE_PANELS = (
+    (
+        "Engine joules per token",
+        "J",
+        "GPU energy of each engine pod (the ecoguard exporter sidecar) over the tokens its engine "
+        "reports (vllm:generation_tokens_total, tgi_request_generated_tokens, "
+        "sglang:generation_tokens_total, llamacpp:tokens_predicted_total), joined on namespace "
+        "and pod: per engine and model over all its pods (idle replicas included), and per pod.",
+        [
+            ("engine_model:energy_per_token_joules:rate5m", "{{engine}} {{model_name}}"),
+            ("engine:energy_per_token_joules:rate5m", "{{engine}} {{pod}}"),
+        ],
+    ),
+    (
+        "Engine power per running request",
+        "watt",
+        "GPU power of each engine pod over its mean number of running requests "
+        "(vllm:num_requests_running, tgi_batch_current_size, sglang:num_running_reqs, "
+        "llamacpp:requests_processing): it falls as batching improves.",
+        [("engine:power_per_running_request_watts:avg5m", "{{engine}} {{pod}}")],
+    ),
+)
+
+
+def engine_panels(top: int) -> list[dict[str, Any]]:
+    """The serving-engine row and its panels, from grid row ``top`` down."""
+    return row_panels(
+        ENGINE_PANEL_IDS,
+        "Serving engines (sidecar GPU energy / engine tokens)",
+        _ENGINE_PANELS,
+        top,
+    )
+
+
+def with_engine_panels(dashboard: dict[str, Any]) -> dict[str, Any]:
+    """``dashboard`` with its engine row replaced by engine_panels(), below the hand-kept rows
+    and above the fleet row (which moves down to make room)."""
+    generated = (*ENGINE_PANEL_IDS, *FLEET_PANEL_IDS)
+    others = [p for p in dashboard["panels"] if p.get("id") not in generated]
+    top = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in others), default=0)
+    return with_fleet_panels({**dashboard, "panels": others + engine_panels(top)})
+
+
+def write_engine_panels(path: Path = DASHBOARD) -> bool:
+    """Rewrite ``path`` with the current engine (and fleet) rows; True when it changed."""
+    current = path.read_text()
+    updated = dashboard_text(with_engine_panels(json.loads(current)))
+    if updated != current:
+        path.write_text(updated)
+    return updated != current
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -969,7 +1042,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="write the fleet row into the dashboard JSON and exit (no workload, no PNG)",
     )
+    parser.add_argument(
+        "--write-engine-panels",
+        action="store_true",
+        help="write the serving-engine row (and the fleet row below it) into the dashboard "
+        "JSON and exit (no workload, no PNG)",
+    )
     args = parser.parse_args(argv)
+    if args.write_engine_panels:
+        changed = write_engine_panels()
+        print(f"{DASHBOARD.relative_to(REPO_ROOT)}: {'updated' if changed else 'unchanged'}")
+        return 0
     if args.write_fleet_panels:
         changed = write_fleet_panels()
         print(f"{DASHBOARD.relative_to(REPO_ROOT)}: {'updated' if changed else 'unchanged'}")

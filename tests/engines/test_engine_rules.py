@@ -205,6 +205,31 @@ def test_engine_rule_file_names_every_engine_counter():
         assert counter in text
 
 
+def _render_dashboard():
+    import sys
+
+    if str(REPO / "tools") not in sys.path:
+        sys.path.insert(0, str(REPO / "tools"))
+    import render_dashboard
+
+    return render_dashboard
+
+
+def test_dashboard_engine_row_is_what_the_script_writes():
+    render = _render_dashboard()
+    path = REPO / "grafana" / "dashboards" / "ecoguard-energy.json"
+    text = path.read_text()
+    assert render.dashboard_text(render.with_engine_panels(json.loads(text))) == text, (
+        "the engine row differs from tools/render_dashboard.py: run it with --write-engine-panels"
+    )
+    panels = json.loads(text)["panels"]
+    ids = [p["id"] for p in panels]
+    engine = [p for p in panels if p["id"] in render.ENGINE_PANEL_IDS]
+    # Just above the fleet row, below every hand-kept row.
+    assert engine[0]["type"] == "row"
+    assert ids.index(engine[-1]["id"]) + 1 == ids.index(render.FLEET_PANEL_IDS[0])
+
+
 def test_dashboard_engine_panels_read_these_recorded_series():
     import yaml
 
