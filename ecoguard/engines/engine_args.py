@@ -413,16 +413,15 @@ def _quant_facts(config: EngineConfig, method: str | None) -> _Quant:
             label="FP8",
         )
     if method == "gguf":
+        # GGUF kernels (llama.cpp's, vLLM's) multiply quantized blocks directly; the measured
+        # crossovers are for bitsandbytes-style dequantization, so they are no evidence here.
         match = re.search(r"[Qq]([2-8])_", config.model or "")
-        if not match:
-            return _Quant(unknown=_QUANT_RULES, label="GGUF")
-        bits = int(match.group(1))
-        precision = "nf4" if bits <= 4 else "int8_pure" if bits == 8 else None
+        bits = int(match.group(1)) if match else None
         return _Quant(
-            precision,
+            None,
             QuantSpec(method="gguf", bits=bits, pre_quantized=True),
-            unknown=frozenset() if precision else _QUANT_RULES,
-            label=f"GGUF Q{bits}",
+            _QUANT_RULES,
+            f"GGUF Q{bits}" if bits else "GGUF",
         )
     # compressed-tensors, quark, experts_int8...: the bits live in the checkpoint.
     return _Quant(None, QuantSpec(method="other", quant_type=method), _QUANT_RULES, method)

@@ -280,3 +280,12 @@ def test_unbalanced_quotes_skip_that_command_only():
     text = "echo 'unterminated\nvllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 1\n"
     result = audit_launch_text(text, "run.sh", GpuSpec())
     assert [(f.location.line, f.rule) for f in result.findings] == [(2, "batch-size-one")]
+
+
+def test_gguf_is_not_judged_by_dequantizing_formats_crossovers():
+    result = audit_launch_text(
+        "llama-server -m /models/qwen2.5-0.5b-instruct-q4_k_m.gguf --port 8080\n",
+        "llama.sh",
+        GpuSpec(),
+    )
+    assert result.findings == []
