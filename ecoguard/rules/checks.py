@@ -233,7 +233,8 @@ def _small_model_message(deployment: Deployment, threshold: SmallModelThreshold)
             f"({format_size(low)} to {format_size(threshold.size_b)}) used more energy than FP16; "
             "no crossover has been observed"
         )
-        if threshold.root_b is not None:
+        # A root far past the measured sizes says nothing worth printing.
+        if threshold.root_b is not None and threshold.root_b <= 4 * threshold.size_b:
             text += (
                 f" (a line fitted to them would reach zero only near {format_size(threshold.root_b)}, "
                 "beyond the measured sizes)"

@@ -418,6 +418,11 @@ def test_ada_int8_mixed_message_says_not_observed():
     message = _small_model_message("ada", "int8_mixed", 7.0)
     assert "crossover fitted" not in message
     assert "no crossover has been observed" in message and "beyond the measured sizes" in message
+    # A root far past the measured sizes (ampere int8_mixed: 7-15B measured) is not quoted.
+    far = crossover("ampere", "int8_mixed")
+    assert far.root_b > 4 * far.measured_max_b
+    message = _small_model_message("ampere", "int8_mixed", 0.135)
+    assert f"{far.root_b:.3g}" not in message and "smaller than any measured one" in message
 
 
 def test_rule_why_texts_match_the_rows():
