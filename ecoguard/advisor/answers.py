@@ -22,9 +22,11 @@ from ecoguard.advisor.accelerators import (
 )
 from ecoguard.advisor.extract import LOCAL_PUE
 from ecoguard.advisor.parse import OutOfData, ParsedQuestion, parse_question
+from ecoguard.advisor.registry import PROTOCOLS, Request
 from ecoguard.advisor.serving import (
     BatchingAdvice,
     batching_advice,
+    batching_finding,
     requests_in_flight,
     serving_batch_cap,
 )
@@ -33,7 +35,7 @@ from ecoguard.advisor.volume import Conversion
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
 from ecoguard.errors import UnknownGpuError, UsageError
-from ecoguard.findings import Finding, Impact, Mood, weakest_tier
+from ecoguard.findings import Mood, weakest_tier
 
 DEFAULT_GPU = "rtx4090d"
 DEFAULT_PRECISION = "fp16"
@@ -465,7 +467,8 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
             vendor=vendor,
         )
 
-    fill_precision = parsed.protocol not in ("compare", "diagnose") or bool(parsed.precisions)
+    spec = PROTOCOLS[parsed.protocol]
+    fill_precision = spec.fills_precision or bool(parsed.precisions)
     if (
         parsed.protocol == "diagnose"
         and parsed.precision is None
@@ -474,9 +477,8 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
         and parsed.observed_energy_j_per_1k is None
     ):
         fill_precision = True
-    needs_model = parsed.protocol in ("estimate", "optimize") or (
-        parsed.protocol == "compare" and not parsed.precisions
-    )
+    # A precision question without a model ("FP8 on Blackwell?") compares across models.
+    needs_model = spec.needs_model and not (parsed.protocol == "compare" and parsed.precisions)
     no_figures = (
         parsed.observed_throughput_tok_s is None
         and parsed.observed_power_w is None
@@ -533,15 +535,21 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
         defaults.append(volume_default)
     monthly = requests if requests is not None else settings.monthly_requests
     max_batch = _max_batch(parsed, dep, settings, monthly, serving)
-    result = _run_protocol(parsed, dep, settings, requests, max_batch)
-    batching = None
-    if result.deployment is not None and result.mood != Mood.GRAY and dep.model.params_b:
-        rec_batch = (result.recommendation or {}).get("batch_size")
-        if volume_default is None and requests is None and parsed.protocol == "diagnose":
-            defaults.append(_volume_default_entry(settings))
+    result = PROTOCOLS[parsed.protocol].run(
+        _request(parsed, dep, settings, requests, max_batch, serving)
+    )
+    if requests is None and parsed.protocol == "diagnose" and result.mood != Mood.GRAY:
+        defaults.append(_volume_default_entry(settings))  # the batching advice uses it
+    batching = result.batching
+    # compare and diagnose: the batching advice for the deployment asked about.
+    if (
+        batching is None
+        and result.deployment is not None
+        and result.mood != Mood.GRAY
+        and dep.model.params_b
+    ):
         batching = batching_advice(
             dep,
-            target_batch=rec_batch if isinstance(rec_batch, int) else None,
             settings=settings,
             requests_per_month=monthly,
             use=dep.use or "api",
@@ -550,7 +558,7 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
             hours_per_day=parsed.hours_per_day,
         )
         local = parsed.price_currency not in (None, "USD", "CNY")
-        result = _with_batching(result, batching, dep, lang, usd=not local)
+        result = _with_batching(result, batching, lang, usd=not local)
     if gpu_match is not None:
         result = _extrapolated(result)
     result = _mood_within_saving(result, lang)
@@ -599,55 +607,32 @@ def _settings_used(settings: Settings, parsed: ParsedQuestion | None) -> dict[st
     return used
 
 
-def _run_protocol(
+def _request(
     parsed: ParsedQuestion,
     dep: Deployment,
     settings: Settings,
     requests: int | None,
     max_batch: int | None,
-) -> protocols.AdvisorResult:
-    lang = parsed.language
-    protocol = parsed.protocol
-    if protocol == "optimize" and parsed.model is None:
-        protocol = "compare"  # "should I use FP8 on Blackwell?": answer across the measured models
-    if protocol == "compare":
-        if parsed.model is None:
-            return protocols.compare_across_models(
-                dep.gpu.profile or DEFAULT_GPU,
-                parsed.precisions,
-                language=lang,
-                architecture=dep.gpu.architecture,
-            )
-        return protocols.compare(dep, settings=settings, requests_per_month=requests, language=lang)
-    if protocol == "optimize":
-        return protocols.optimize(
-            dep,
-            use=dep.use,
-            settings=settings,
-            requests_per_month=requests,
-            language=lang,
-            max_batch=max_batch,
-        )
-    if protocol == "diagnose":
-        return protocols.diagnose(
-            dep,
-            observed_throughput_tok_s=parsed.observed_throughput_tok_s,
-            observed_power_w=parsed.observed_power_w,
-            observed_energy_j_per_1k=parsed.observed_energy_j_per_1k,
-            settings=settings,
-            requests_per_month=requests,
-            language=lang,
-        )
-    return protocols.estimate(
-        dep,
+    serving: bool,
+) -> Request:
+    return Request(
+        deployment=dep,
         settings=settings,
+        language=parsed.language,
         requests_per_month=requests,
-        language=lang,
+        max_batch=max_batch,
+        serving=serving,
+        concurrency=parsed.concurrency,
+        hours_per_day=parsed.hours_per_day,
+        model_named=parsed.model is not None,
+        precisions=parsed.precisions,
+        observed_throughput_tok_s=parsed.observed_throughput_tok_s,
+        observed_power_w=parsed.observed_power_w,
+        observed_energy_j_per_1k=parsed.observed_energy_j_per_1k,
         currency=parsed.currency,
         cny_per_usd=parsed.cny_per_usd,
         price_per_kwh=parsed.price_per_kwh,
         price_currency=parsed.price_currency,
-        max_batch=max_batch,
     )
 
 
@@ -694,76 +679,17 @@ def _volume_default_entry(settings: Settings) -> Default:
 def _with_batching(
     result: protocols.AdvisorResult,
     advice: BatchingAdvice | None,
-    dep: Deployment,
     lang: str,
     *,
     usd: bool = True,
 ) -> protocols.AdvisorResult:
-    """A served deployment (or batch job) left at a batch size its traffic can beat is not
-    GREEN: the advisor adds a batch-size-one finding with the batcher as its fix."""
-    if advice is None or not advice.worth_it or advice.conditional:
-        return result
+    """compare and diagnose answers get the batching finding here (optimize and estimate add it
+    themselves, so the library functions, the CLI and the MCP tools agree)."""
     if any(f.rule == "batch-size-one" for f in result.findings):
         return result
-    serving = advice.use != "batch"
-    if advice.concurrency is None:
-        crowd = Text("concurrent requests could share that pass", "并发的请求可以分摊这次读取")
-    else:
-        crowd = Text(
-            f"about {advice.concurrency:,.1f} requests are in flight and could share that pass",
-            f"同时约有 {advice.concurrency:,.1f} 个请求可以分摊这次读取",
-        )
-    message = Text(
-        (
-            f"Serving at batch size {advice.current_batch}: every token streams all the weights "
-            f"for one request, while {crowd.en}."
-            if serving
-            else f"A batch job at batch size {advice.current_batch}: every token streams all the "
-            "weights for one prompt; 32-64 prompts per call share that pass."
-        ),
-        (
-            f"以批大小 {advice.current_batch} 提供服务：每个 token 都为一个请求读一遍全部权重，"
-            f"而{crowd.zh}。"
-            if serving
-            else f"批处理任务批大小为 {advice.current_batch}：每个 token 都为一个提示词读一遍全部权重；"
-            "每次传入 32-64 个提示词可以分摊这次读取。"
-        ),
-    )
-    fix = (
-        advice.fix
-        if serving
-        else f"model.generate(**tokenizer(prompts[:{advice.target_batch}], padding=True, return_tensors='pt'))"
-    )
-    finding = Finding(
-        rule="batch-size-one",
-        mood=Mood.YELLOW,
-        title="Batch-size-one serving",
-        message=message.get(lang),
-        fix=fix,
-        fix_summary=(
-            Text(
-                f"batch concurrent requests (up to {advice.target_batch} per call)",
-                f"合并并发请求（每次最多 {advice.target_batch} 个）",
-            )
-            if serving
-            else Text(
-                f"{advice.target_batch} prompts per generate call",
-                f"每次 generate 传入 {advice.target_batch} 个提示词",
-            )
-        ).get(lang),
-        impact=Impact(
-            extra_energy_pct=(
-                round((advice.energy_now_j_per_1k / advice.energy_target_j_per_1k - 1) * 100, 1)
-                if advice.energy_now_j_per_1k and advice.energy_target_j_per_1k
-                else None
-            ),
-            extra_usd_per_month=advice.saving_usd_per_month if usd else None,
-            extra_kwh_per_month=advice.saving_kwh_per_month,
-            tier=advice.tier,
-        ),
-        evidence=advice.rows,
-        changes_outputs=False,
-    )
+    finding = batching_finding(advice, lang, usd=usd)
+    if finding is None:
+        return result
     mood = Mood.worst([result.mood, Mood.YELLOW]) if result.mood != Mood.GRAY else result.mood
     return replace(result, findings=(*result.findings, finding), mood=mood)
 
@@ -861,10 +787,12 @@ def _audit_answer(parsed: ParsedQuestion, settings_used: dict[str, Any]) -> Answ
     """Files named in the question, or code pasted into it, through ``ecoguard.audit`` (read as
     text, never run). Code that does not parse falls back to the trap its flags name."""
     gpu = parsed.gpu if parsed.gpu and card_spec(parsed.gpu) is None else None
+    request = Request(language=parsed.language, paths=parsed.paths, code=parsed.code)
+    run = PROTOCOLS["audit"].run
     try:
-        result = protocols.audit(parsed.paths, language=parsed.language, code=parsed.code, gpu=gpu)
-    except UsageError:
-        result = protocols.audit(parsed.paths, language=parsed.language, code=parsed.code)
+        result = run(replace(request, audit_gpu=gpu))
+    except UsageError:  # a GPU the audit does not know: audit without the GPU-dependent rules
+        result = run(request)
     asks = None
     if result.mood == Mood.GRAY and protocols.general_trap_rule(parsed.precision):
         traps = protocols.general_traps(parsed.precision)
@@ -896,8 +824,9 @@ def answer_for_flags(
     ``ecoguard optimize --json`` and the MCP ``optimize`` tool return the same thing."""
     from ecoguard.deployment import normalize_precision
 
-    if protocol not in ("optimize", "compare", "estimate", "diagnose"):
+    if protocol not in PROTOCOLS or protocol == "audit":
         raise UsageError(f"unknown protocol {protocol!r}")
+    spec = PROTOCOLS[protocol]
     settings = settings or Settings()
     dep, defaults = build_deployment(
         model=model,
@@ -908,51 +837,23 @@ def answer_for_flags(
         generation_tokens=generation_tokens,
         use=use,
         # compare lists every precision and diagnose infers one: neither is given a default.
-        fill_precision=protocol in ("optimize", "estimate"),
+        fill_precision=spec.fills_precision,
     )
-    if protocol == "optimize":
-        result = protocols.optimize(
-            dep,
-            use=use,
+    observed = observed or {}
+    result = spec.run(
+        Request(
+            deployment=dep,
             settings=settings,
-            requests_per_month=requests_per_month,
             language=language,
-        )
-    elif protocol == "compare":
-        result = protocols.compare(
-            dep, settings=settings, requests_per_month=requests_per_month, language=language
-        )
-    elif protocol == "estimate":
-        result = protocols.estimate(
-            dep,
-            settings=settings,
             requests_per_month=requests_per_month,
-            language=language,
-            currency="CNY" if cny_per_usd else "USD",
-            cny_per_usd=cny_per_usd,
-        )
-    else:
-        observed = observed or {}
-        result = protocols.diagnose(
-            dep,
             observed_throughput_tok_s=observed.get("throughput_tok_s"),
             observed_power_w=observed.get("power_w"),
             observed_energy_j_per_1k=observed.get("energy_j_per_1k"),
-            settings=settings,
-            requests_per_month=requests_per_month,
-            language=language,
+            currency="CNY" if cny_per_usd else "USD",
+            cny_per_usd=cny_per_usd,
         )
-    batching = None
-    if protocol in ("optimize", "estimate") and result.mood != Mood.GRAY:
-        batching = batching_advice(
-            dep,
-            settings=settings,
-            requests_per_month=requests_per_month or settings.monthly_requests,
-            use=dep.use or "api",
-            serving=dep.use == "api",
-            concurrency=None,
-        )
-        result = _with_batching(result, batching, dep, language)
+    )
+    batching = result.batching
     in_play = tuple(
         p
         for p in (

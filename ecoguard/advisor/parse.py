@@ -20,7 +20,7 @@ from ecoguard.advisor.extract import (
     local_machine,
     pasted_code,
 )
-from ecoguard.advisor.numbers import NUMBER
+from ecoguard.advisor.numbers import NUMBER, parse_number, scale_factor
 from ecoguard.advisor.texts import Text
 from ecoguard.advisor.volume import (
     Conversion,
@@ -763,8 +763,6 @@ _RE_RATE = re.compile(
 
 
 def _num(text: str, scale: str | None = None) -> float:
-    from ecoguard.advisor.numbers import parse_number, scale_factor
-
     return parse_number(text) * scale_factor(scale)
 
 

@@ -14,8 +14,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ecoguard.advisor.serving import quantization_holds
+from ecoguard.advisor.estimates import (
+    estimate_dict,
+    knowledge_module,
+    run_estimate,
+    run_rules,
+)
+from ecoguard.advisor.serving import BatchingAdvice, batching_advice, batching_finding
 from ecoguard.advisor.texts import Text
+from ecoguard.advisor.uncertainty import quantization_holds
 from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment, GpuSpec, QuantSpec
 from ecoguard.errors import UsageError
@@ -66,6 +73,7 @@ class AdvisorResult:
     notes: tuple[str, ...] = ()
     out_of_data: tuple[dict[str, str], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    batching: BatchingAdvice | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -87,6 +95,8 @@ class AdvisorResult:
         }
         if self.deployment is not None:
             out["deployment"] = deployment_dict(self.deployment)
+        if self.batching is not None:
+            out["batching"] = self.batching.to_dict()
         out.update(self.extra)
         return out
 
@@ -104,76 +114,6 @@ def deployment_dict(deployment: Deployment) -> dict[str, Any]:
         "generation_tokens": deployment.generation_tokens,
         "use": deployment.use,
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# Seams to the knowledge and rules parts (imported lazily: `import ecoguard.advisor` stays cheap)
-
-
-def _knowledge() -> Any:
-    try:
-        import ecoguard.knowledge as knowledge
-        from ecoguard.knowledge import estimator as _estimator  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - the knowledge part ships with ecoguard
-        raise UsageError(
-            f"the reference data (ecoguard.knowledge) is not available: {exc}"
-        ) from None
-    return knowledge
-
-
-_ESTIMATE_CACHE: dict[tuple[Deployment, str, int | None], Any] = {}
-_ESTIMATE_CACHE_MAX = 1024
-
-
-def run_estimate(deployment: Deployment, settings: Settings, requests_per_month: int | None) -> Any:
-    """The knowledge estimator, memoised per (deployment, settings, volume): one answer asks for
-    the same cell several times (compare baseline, optimize candidates, estimate side by side)."""
-    from ecoguard.knowledge.estimator import estimate
-
-    key = (deployment, repr(settings), requests_per_month)
-    try:
-        return _ESTIMATE_CACHE[key]
-    except (KeyError, TypeError):
-        pass
-    result = estimate(deployment, settings=settings, requests_per_month=requests_per_month)
-    if len(_ESTIMATE_CACHE) >= _ESTIMATE_CACHE_MAX:
-        _ESTIMATE_CACHE.clear()
-    try:
-        _ESTIMATE_CACHE[key] = result
-    except TypeError:  # an unhashable deployment field: just do not cache
-        pass
-    return result
-
-
-_RULES_CACHE: dict[tuple[Deployment, str], tuple[Finding, ...]] = {}
-
-
-def run_rules(deployment: Deployment, settings: Settings) -> list[Finding]:
-    """B's rules on the deployment; a rules failure is recorded, never raised into an answer.
-    Memoised per (deployment, settings): optimize asks for the same cell more than once."""
-    try:
-        from ecoguard.rules import evaluate
-    except ImportError:
-        return []
-    key = (deployment, repr(settings))
-    try:
-        return list(_RULES_CACHE[key])
-    except (KeyError, TypeError):
-        pass
-    try:
-        found = tuple(evaluate(deployment, settings=settings))
-        if len(_RULES_CACHE) >= _ESTIMATE_CACHE_MAX:
-            _RULES_CACHE.clear()
-        try:
-            _RULES_CACHE[key] = found
-        except TypeError:
-            pass
-        return list(found)
-    except UsageError:
-        raise
-    except Exception as exc:
-        record_fault("advisor.rules", exc)
-        return []
 
 
 def with_precision(
@@ -209,31 +149,9 @@ def with_precision(
     return deployment.with_(precision=precision, quant=quant, dtype=dtype)
 
 
-_DICT_CACHE: dict[int, tuple[Any, dict[str, Any]]] = {}
-
-
-def estimate_dict(est: Any) -> dict[str, Any]:
-    """The estimator's JSON, or a tier-none dict if it has nothing. Memoised per estimate
-    object (the object is held in the cache, so its id is not reused while cached)."""
-    if est is None:
-        return {"tier": "none"}
-    cached = _DICT_CACHE.get(id(est))
-    if cached is not None and cached[0] is est:
-        return dict(cached[1])
-    try:
-        out = dict(est.to_dict())
-        if len(_DICT_CACHE) >= _ESTIMATE_CACHE_MAX:
-            _DICT_CACHE.clear()
-        _DICT_CACHE[id(est)] = (est, out)
-        return dict(out)
-    except Exception as exc:  # pragma: no cover - defensive: an odd estimate must not break us
-        record_fault("advisor.estimate_dict", exc)
-        return {"tier": getattr(est, "tier", "none")}
-
-
 def _row_lookup() -> dict[str, Any]:
     try:
-        return {row.id: row for row in _knowledge().reference_rows()}
+        return {row.id: row for row in knowledge_module().reference_rows()}
     except Exception as exc:
         record_fault("advisor.rows", exc)
         return {}
@@ -273,7 +191,7 @@ def _equivalents(
     if not energy_kwh or co2_kg is None:
         return ()
     try:
-        items = _knowledge().equivalents(energy_kwh, co2_kg)
+        items = knowledge_module().equivalents(energy_kwh, co2_kg)
     except Exception as exc:
         record_fault("advisor.equivalents", exc)
         return ()
@@ -477,7 +395,7 @@ def compare_across_models(
     """A precision question without a model ("should I use FP8 on Blackwell?"): every model
     measured on that GPU at FP16 and at the asked precisions, straight from the reference rows
     (delta vs the FP16 row of the same source file when there is one)."""
-    knowledge = _knowledge()
+    knowledge = knowledge_module()
     wanted = [p for p in precisions if p != "fp16"]
     if not wanted:
         raise UsageError("name a precision to compare against FP16 (e.g. FP8, NF4, INT8)")
@@ -585,6 +503,10 @@ def optimize(
     precisions: Sequence[str] | None = None,
     batch_sizes: Sequence[int] | None = None,
     max_batch: int | None = None,
+    serving: bool | None = None,
+    concurrency: int | None = None,
+    hours_per_day: float | None = None,
+    usd: bool = True,
 ) -> AdvisorResult:
     """Recommended precision and batch size for a model on a GPU and a use (chat, api, batch).
 
@@ -595,7 +517,9 @@ def optimize(
     wins, with near-ties (within 5%) going to FP16/BF16, then the stronger data tier, then a batch
     no smaller than the current one. ``max_batch``: a chat served to several users at once may
     batch them up to this size (the coalescing batcher). A batch smaller than the current one is
-    recommended only with its cost and the reason stated."""
+    recommended only with its cost and the reason stated. A served use (``serving``; default:
+    an API) or a batch job gets batching advice (``result.batching``) and, when batching would
+    save 5% or more, a ``batch-size-one`` finding."""
     settings = settings or Settings()
     use = use or deployment.use or use_for_batch_size(deployment.batch_size)
     if use not in BATCH_SIZES_BY_USE:
@@ -772,6 +696,21 @@ def optimize(
         mood = Mood.YELLOW
     else:
         mood = Mood.GREEN
+    advice = batching_advice(
+        current_dep,
+        settings=settings,
+        requests_per_month=requests_per_month or settings.monthly_requests,
+        use=use,
+        serving=use == "api" if serving is None else serving,
+        concurrency=concurrency,
+        hours_per_day=hours_per_day,
+        target_batch=chosen["batch_size"],
+    )
+    finding = batching_finding(advice, language, usd=usd)
+    findings = tuple(current_findings)
+    if finding is not None and not any(f.rule == finding.rule for f in findings):
+        findings = (*findings, finding)
+        mood = Mood.worst([mood, Mood.YELLOW])
     evidence = list(current_est.get("rows") or ()) + chosen["rows"]
     for cand in ranked[:6]:
         evidence.extend(cand["rows"])
@@ -782,7 +721,7 @@ def optimize(
         mood=mood,
         language=language,
         deployment=current_dep,
-        findings=tuple(current_findings),
+        findings=findings,
         recommendation=recommendation,
         rows=tuple(_public(c) for c in ranked),
         tier=weakest_tier((chosen["tier"], current_est.get("tier", "none"))),
@@ -792,6 +731,7 @@ def optimize(
         optimized=chosen["estimate"],
         equivalents=_equivalents(money.get("energy_kwh"), money.get("co2_kg"), language),
         extra={"use": use, "rejected": [_public(r) for r in rejected]},
+        batching=advice,
     )
 
 
@@ -871,8 +811,12 @@ def estimate(
     price_per_kwh: float | None = None,
     price_currency: str | None = None,
     max_batch: int | None = None,
+    serving: bool | None = None,
+    concurrency: int | None = None,
+    hours_per_day: float | None = None,
 ) -> AdvisorResult:
-    """The estimator's figures for the deployment, with the optimized configuration beside them."""
+    """The estimator's figures for the deployment, with the optimized configuration beside them
+    (and optimize's batching advice and finding)."""
     settings = settings or Settings()
     requests = requests_per_month if requests_per_month is not None else settings.monthly_requests
     current = estimate_dict(run_estimate(deployment, settings, requests))
@@ -887,9 +831,24 @@ def estimate(
                 requests_per_month=requests,
                 language=language,
                 max_batch=max_batch,
+                serving=serving,
+                concurrency=concurrency,
+                hours_per_day=hours_per_day,
+                usd=price_currency in (None, "USD", "CNY"),
             )
         except UsageError:
             optimized_result = None
+    advice = optimized_result.batching if optimized_result is not None else None
+    batch_finding = next(
+        (
+            f
+            for f in (optimized_result.findings if optimized_result else ())
+            if f.rule == "batch-size-one"
+        ),
+        None,
+    )
+    if batch_finding is not None and not any(f.rule == "batch-size-one" for f in findings):
+        findings = [*findings, batch_finding]
     optimized = optimized_result.optimized if optimized_result else None
     money_kwargs = {
         "currency": currency,
@@ -943,6 +902,7 @@ def estimate(
         money=money,
         equivalents=_equivalents(cur_money.get("energy_kwh"), cur_money.get("co2_kg"), language),
         notes=notes,
+        batching=advice,
     )
 
 

@@ -1,4 +1,4 @@
-"""Batching advice for every serving use, and the quantization check that respects uncertainty.
+"""Batching advice for every serving use.
 
 Batching: the study's rule is that production APIs batch (BS >= 8), batch jobs use 32-64, and
 interactive chat may run BS 1 but batches its concurrent users. ecoguard ships the fix: the
@@ -7,10 +7,6 @@ merges concurrent generate calls into one batched call. The advice says how many
 flight (stated, or derived: monthly requests x seconds per request / seconds in the month), how
 much GPU time the volume takes at the current batch size, the batch size the batcher can fill,
 and the energy and money that saves, with the estimator's ranges and tiers.
-
-Quantization: it changes outputs, so it is recommended only when its saving holds across what
-the experiments span: the upper end of the quantized p10-p90 range below the lower end of the
-unquantized one, or every same-session paired delta negative.
 """
 
 from __future__ import annotations
@@ -19,9 +15,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ecoguard.advisor.estimates import estimate_dict, run_estimate
 from ecoguard.advisor.texts import Text, tier_word
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
+from ecoguard.findings import Finding, Impact, Mood, weakest_tier
 
 SECONDS_PER_MONTH = 30 * 86_400
 BATCHER_MAX = 16  # the batcher's max_batch_size the advice proposes for serving
@@ -221,8 +219,6 @@ def requests_in_flight(
 ) -> tuple[float | None, str, float | None]:
     """``(requests in flight, basis, seconds per request at batch size 1)``: stated, or derived
     by Little's law (arrival rate x time in the system) from the monthly volume."""
-    from ecoguard.advisor.protocols import estimate_dict, run_estimate
-
     single = deployment.with_(batch_size=1)
     base = estimate_dict(run_estimate(single, settings, requests_per_month))
     per_request = seconds_per_request(base, single)
@@ -248,8 +244,6 @@ def batching_advice(
     """Batching advice for a served deployment (or a batch job); None without energy data.
     ``target_batch``: the batch size a recommendation already chose (the advice then prices
     that one, so the answer does not name two targets)."""
-    from ecoguard.advisor.protocols import estimate_dict, run_estimate
-
     current_batch = max(1, deployment.batch_size or 1)
     now_dep = deployment.with_(batch_size=current_batch)
     now = estimate_dict(run_estimate(now_dep, settings, requests_per_month))
@@ -303,8 +297,6 @@ def batching_advice(
         if isinstance(kwh_now, (int, float)) and isinstance(kwh_after, (int, float))
         else None
     )
-    from ecoguard.findings import weakest_tier
-
     return BatchingAdvice(
         use=use,
         serving=serving,
@@ -328,24 +320,71 @@ def batching_advice(
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Quantization under uncertainty
-
-
-def quantization_holds(quantized: dict[str, Any], unquantized: dict[str, Any]) -> bool:
-    """Whether a quantized configuration's saving holds beyond the experiments' spread: its
-    p90 below the unquantized p10, or every same-session paired delta negative."""
-    pairs = [
-        p.get("delta_pct") for p in quantized.get("paired_deltas") or () if isinstance(p, dict)
-    ]
-    pairs = [p for p in pairs if isinstance(p, (int, float))]
-    if pairs and all(p < 0 for p in pairs):
-        return True
-    q_range = quantized.get("energy_per_1k_tokens_j_range")
-    u_range = unquantized.get("energy_per_1k_tokens_j_range")
-    if q_range and u_range and None not in q_range and None not in u_range:
-        return bool(q_range[1] < u_range[0])
-    if pairs:
-        return False  # the sessions disagree and there is no range to settle it
-    q, u = quantized.get("energy_per_1k_tokens_j"), unquantized.get("energy_per_1k_tokens_j")
-    return isinstance(q, (int, float)) and isinstance(u, (int, float)) and q < u * 0.95
+def batching_finding(
+    advice: BatchingAdvice | None, language: str, *, usd: bool = True
+) -> Finding | None:
+    """A served deployment (or batch job) left at a batch size its traffic can beat is not
+    green: a ``batch-size-one`` finding (yellow) with the batcher, or batched calls, as its fix.
+    None when batching would not save 5% or the advice is conditional (one chat user)."""
+    if advice is None or not advice.worth_it or advice.conditional:
+        return None
+    lang = language
+    serving = advice.use != "batch"
+    if advice.concurrency is None:
+        crowd = Text("concurrent requests could share that pass", "并发的请求可以分摊这次读取")
+    else:
+        crowd = Text(
+            f"about {advice.concurrency:,.1f} requests are in flight and could share that pass",
+            f"同时约有 {advice.concurrency:,.1f} 个请求可以分摊这次读取",
+        )
+    message = Text(
+        (
+            f"Serving at batch size {advice.current_batch}: every token streams all the weights "
+            f"for one request, while {crowd.en}."
+            if serving
+            else f"A batch job at batch size {advice.current_batch}: every token streams all the "
+            "weights for one prompt; 32-64 prompts per call share that pass."
+        ),
+        (
+            f"以批大小 {advice.current_batch} 提供服务：每个 token 都为一个请求读一遍全部权重，"
+            f"而{crowd.zh}。"
+            if serving
+            else f"批处理任务批大小为 {advice.current_batch}：每个 token 都为一个提示词读一遍全部权重；"
+            "每次传入 32-64 个提示词可以分摊这次读取。"
+        ),
+    )
+    fix = (
+        advice.fix
+        if serving
+        else f"model.generate(**tokenizer(prompts[:{advice.target_batch}], padding=True, return_tensors='pt'))"
+    )
+    return Finding(
+        rule="batch-size-one",
+        mood=Mood.YELLOW,
+        title="Batch-size-one serving",
+        message=message.get(lang),
+        fix=fix,
+        fix_summary=(
+            Text(
+                f"batch concurrent requests (up to {advice.target_batch} per call)",
+                f"合并并发请求（每次最多 {advice.target_batch} 个）",
+            )
+            if serving
+            else Text(
+                f"{advice.target_batch} prompts per generate call",
+                f"每次 generate 传入 {advice.target_batch} 个提示词",
+            )
+        ).get(lang),
+        impact=Impact(
+            extra_energy_pct=(
+                round((advice.energy_now_j_per_1k / advice.energy_target_j_per_1k - 1) * 100, 1)
+                if advice.energy_now_j_per_1k and advice.energy_target_j_per_1k
+                else None
+            ),
+            extra_usd_per_month=advice.saving_usd_per_month if usd else None,
+            extra_kwh_per_month=advice.saving_kwh_per_month,
+            tier=advice.tier,
+        ),
+        evidence=advice.rows,
+        changes_outputs=False,
+    )

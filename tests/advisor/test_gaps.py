@@ -10,8 +10,8 @@ import pytest
 from ecoguard.advisor import protocols
 from ecoguard.advisor.answers import Answer, advise, answer_for_flags, build_deployment
 from ecoguard.advisor.rendering import render
-from ecoguard.advisor.serving import quantization_holds
 from ecoguard.advisor.texts import TRAPS_ZH
+from ecoguard.advisor.uncertainty import quantization_holds
 from ecoguard.findings import Finding, Impact, Mood
 from ecoguard.knowledge import regions
 

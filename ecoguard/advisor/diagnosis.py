@@ -1,0 +1,224 @@
+"""The body of a diagnose answer: observed vs expected, the matching trap explained from its
+evidence rows (only those comparable with the question's GPU), verification steps, crossovers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ecoguard.advisor.layout import fmt, heading, make_table, tier_label
+from ecoguard.advisor.texts import TRAPS_ZH
+from ecoguard.findings import Mood
+
+if TYPE_CHECKING:
+    from ecoguard.advisor.answers import Answer
+
+
+def diagnose_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
+    result = answer.result
+    out: list[str] = []
+    if result.rows:
+        rows = [
+            [
+                r["metric"],
+                fmt(r["observed"], 1),
+                fmt(r["expected"], 1),
+                "-" if r["gap_pct"] is None else f"{r['gap_pct']:+.1f}%",
+                tier_label(labels, r["tier"]),
+            ]
+            for r in result.rows
+        ]
+        headers = [
+            labels["h_metric"],
+            labels["observed"],
+            labels["expected"],
+            labels["h_gap"],
+            labels["h_tier"],
+        ]
+        out += make_table(headers, rows, markdown)
+        out.append("")
+    rec = result.recommendation or {}
+    if rec.get("rule"):
+        conf = result.extra.get("confidence")
+        conf = labels.get(f"conf_{conf}", str(conf))
+        out.append(
+            f"{labels['confidence']}{labels['colon']}{conf}" + labels["paren"].format(rec["rule"])
+        )
+        out.append("")
+    elif result.mood != Mood.GRAY:
+        out.append(labels["no_trap"])
+        out.append("")
+    for item in result.extra.get("explained", []):
+        why = item.get("why")
+        if answer.language == "zh" and item.get("rule") in TRAPS_ZH:
+            why = TRAPS_ZH[item["rule"]][1]
+        if why:
+            out.append(f"{item['rule']}{labels['colon']}{why}")
+        ev = sorted(
+            _relevant_evidence(
+                [e for e in item.get("evidence") or [] if isinstance(e, dict)],
+                result.deployment.gpu.profile if result.deployment else None,
+            ),
+            key=lambda e: e.get("precision") == "fp16",
+        )
+        ev_rows = []
+        for e in ev[:8]:
+            if isinstance(e, dict):
+                delta = _delta_vs_fp16(e, ev)
+                ev_rows.append(
+                    [
+                        str(e.get("id", "-")),
+                        str(e.get("precision", "-")),
+                        fmt(e.get("energy_j_per_1k") or e.get("energy_per_1k_tokens_j")),
+                        "-" if delta is None else f"{delta:+.1f}%",
+                        tier_label(labels, e.get("tier", "-")),
+                    ]
+                )
+        if ev_rows:
+            headers = [
+                labels["h_row"],
+                labels["h_precision"],
+                labels["h_j_1k"],
+                labels["h_vs_fp16"],
+                labels["h_tier"],
+            ]
+            out += make_table(headers, ev_rows, markdown)
+            gpu = result.deployment.gpu.profile if result.deployment else None
+            others = sorted({str(e.get("gpu")) for e in ev if e.get("gpu") != gpu})
+            if gpu and others and all(e.get("gpu") != gpu for e in ev):
+                out.append(
+                    f"(rows measured on {', '.join(others)}: none of this trap's evidence rows is on {gpu})"
+                    if answer.language == "en"
+                    else f"（以上数据测于 {', '.join(others)}：该陷阱没有 {gpu} 上的数据）"
+                )
+        out.append("")
+    out += _crossovers(answer, labels, markdown)
+    out += _verify_steps(answer, labels, markdown)
+    return out
+
+
+_FIXED_PRECISION = {"int8-mixed": "int8_pure", "small-model-quant": "fp16", "fp8-eager": "bf16"}
+
+
+def _verify_steps(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
+    """How to check that the fix worked: measure before and after, same workload."""
+    result = answer.result
+    rec = result.recommendation or {}
+    rule = rec.get("rule")
+    if not rule:
+        return []
+    dep = result.deployment
+    model = dep.model.id if dep is not None and dep.model.id else "MODEL"
+    current = dep.precision if dep is not None and dep.precision else "CURRENT"
+    fixed = _FIXED_PRECISION.get(rule, "fp16")
+    prompt = dep.prompt_tokens if dep is not None and dep.prompt_tokens else 512
+    gen = dep.generation_tokens if dep is not None and dep.generation_tokens else 256
+    bench = (
+        f"ecoguard bench --model {model} --precisions {current},{fixed} --batch-sizes 1 "
+        f"--prompt-tokens {prompt} --generation-tokens {gen}"
+    )
+    code = f"`{bench}`" if markdown else bench
+    zh = answer.language == "zh"
+    quality = bool(rec.get("changes_outputs"))
+    steps = (
+        [
+            f"应用修复：{rec.get('fix') or ''}",
+            f"在同一台机器、同样的输入长度和 max_new_tokens 下，测量修复前后的每千 token 能耗：{code}",
+            "修复后的能耗应接近上表的参考值；若差距仍超过 20%，检查功耗上限、频率和 GPU 上的其他任务。",
+        ]
+        if zh
+        else [
+            f"Apply the fix: {rec.get('fix') or ''}",
+            f"Measure J per 1k tokens before and after on the same machine, prompt length and "
+            f"max_new_tokens: {code}",
+            "After the fix the energy should land near the reference figures above; if it is "
+            "still more than 20% off, check the power limit, clocks and other jobs on the GPU.",
+        ]
+    )
+    if quality:
+        steps.append(
+            "这个修复会改变输出：在你自己的评测集上对比修复前后的质量。"
+            if zh
+            else "This fix changes outputs: compare quality on your own evaluation set before "
+            "and after."
+        )
+    title = "验证修复" if zh else "Verify the fix"
+    return [
+        heading(title, markdown, labels),
+        *(f"{i}. {s}" for i, s in enumerate(steps, start=1)),
+        "",
+    ]
+
+
+def _relevant_evidence(rows: list[dict[str, Any]], gpu: str | None) -> list[dict[str, Any]]:
+    """The trap's rows (those of the asked-about GPU when it has any) and, beside them, only the
+    FP16 baselines of the same GPU, model and batch size (another GPU's or batch size's FP16
+    row says nothing about this change)."""
+    trap_rows = [r for r in rows if r.get("precision") != "fp16"]
+    on_gpu = [r for r in trap_rows if gpu and r.get("gpu") == gpu]
+    trap_rows = on_gpu or trap_rows
+    keys = {(r.get("gpu"), r.get("model"), r.get("batch_size")) for r in trap_rows}
+    baselines = [
+        r
+        for r in rows
+        if r.get("precision") == "fp16"
+        and (r.get("gpu"), r.get("model"), r.get("batch_size")) in keys
+    ]
+    return trap_rows + baselines if trap_rows else rows
+
+
+def _crossovers(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
+    items = answer.result.extra.get("crossovers") or []
+    if not items:
+        return []
+    title = (
+        "Crossover size (quantization saves energy above it)"
+        if answer.language == "en"
+        else "交叉点（模型大于它时量化才省电）"
+    )
+    rows = [
+        [
+            c["architecture"],
+            c["precision"],
+            fmt(c["fitted_b"], 2) + "B" if c["fitted_b"] else "-",
+            tier_label(labels, c["fitted_tier"]),
+            fmt(c["reported_b"], 1) + "B" if c["reported_b"] else "-",
+            tier_label(labels, c["reported_tier"]),
+        ]
+        for c in items
+    ]
+    headers = [
+        labels["h_architecture"],
+        labels["h_precision"],
+        labels["h_fitted"],
+        labels["h_tier"],
+        labels["h_published"],
+        labels["h_tier"],
+    ]
+    return [
+        heading(title, markdown, labels),
+        *make_table(headers, rows, markdown),
+        "",
+    ]
+
+
+def _delta_vs_fp16(row: dict, evidence: list) -> float | None:
+    """The row's own published change vs FP16, else one computed against an FP16 row of the
+    same GPU, model and batch size among the evidence (same source first)."""
+    if row.get("delta_vs_fp16_pct") is not None:
+        return float(row["delta_vs_fp16_pct"])
+    energy = row.get("energy_j_per_1k")
+    if row.get("precision") == "fp16" or not energy:
+        return None
+    same = [
+        e
+        for e in evidence
+        if isinstance(e, dict)
+        and e.get("precision") == "fp16"
+        and e.get("energy_j_per_1k")
+        and all(e.get(k) == row.get(k) for k in ("gpu", "model", "batch_size"))
+    ]
+    if not same:
+        return None
+    same.sort(key=lambda e: (e.get("source") != row.get("source"), e.get("tier") != "measured"))
+    return (energy / same[0]["energy_j_per_1k"] - 1.0) * 100.0

@@ -1,0 +1,105 @@
+"""The advisor's seams to the knowledge estimator and the rules, memoised: one answer asks
+for the same cell several times (compare baseline, optimize candidates, the optimized column,
+the batching advice), so each (deployment, settings, volume) is estimated and judged once.
+
+The estimator and the rules are imported inside the functions: ``import ecoguard.advisor``
+stays cheap, and an answer that never estimates never loads the reference data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ecoguard.config import Settings
+from ecoguard.deployment import Deployment
+from ecoguard.errors import UsageError
+from ecoguard.faults import record_fault
+from ecoguard.findings import Finding
+
+
+def knowledge_module() -> Any:
+    try:
+        import ecoguard.knowledge as knowledge
+        from ecoguard.knowledge import estimator as _estimator  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - the knowledge part ships with ecoguard
+        raise UsageError(
+            f"the reference data (ecoguard.knowledge) is not available: {exc}"
+        ) from None
+    return knowledge
+
+
+_ESTIMATE_CACHE: dict[tuple[Deployment, str, int | None], Any] = {}
+_ESTIMATE_CACHE_MAX = 1024
+
+
+def run_estimate(deployment: Deployment, settings: Settings, requests_per_month: int | None) -> Any:
+    """The knowledge estimator, memoised per (deployment, settings, volume): one answer asks for
+    the same cell several times (compare baseline, optimize candidates, estimate side by side)."""
+    from ecoguard.knowledge.estimator import estimate
+
+    key = (deployment, repr(settings), requests_per_month)
+    try:
+        return _ESTIMATE_CACHE[key]
+    except (KeyError, TypeError):
+        pass
+    result = estimate(deployment, settings=settings, requests_per_month=requests_per_month)
+    if len(_ESTIMATE_CACHE) >= _ESTIMATE_CACHE_MAX:
+        _ESTIMATE_CACHE.clear()
+    try:
+        _ESTIMATE_CACHE[key] = result
+    except TypeError:  # an unhashable deployment field: just do not cache
+        pass
+    return result
+
+
+_RULES_CACHE: dict[tuple[Deployment, str], tuple[Finding, ...]] = {}
+
+
+def run_rules(deployment: Deployment, settings: Settings) -> list[Finding]:
+    """B's rules on the deployment; a rules failure is recorded, never raised into an answer.
+    Memoised per (deployment, settings): optimize asks for the same cell more than once."""
+    try:
+        from ecoguard.rules import evaluate
+    except ImportError:
+        return []
+    key = (deployment, repr(settings))
+    try:
+        return list(_RULES_CACHE[key])
+    except (KeyError, TypeError):
+        pass
+    try:
+        found = tuple(evaluate(deployment, settings=settings))
+        if len(_RULES_CACHE) >= _ESTIMATE_CACHE_MAX:
+            _RULES_CACHE.clear()
+        try:
+            _RULES_CACHE[key] = found
+        except TypeError:
+            pass
+        return list(found)
+    except UsageError:
+        raise
+    except Exception as exc:
+        record_fault("advisor.rules", exc)
+        return []
+
+
+_DICT_CACHE: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+
+def estimate_dict(est: Any) -> dict[str, Any]:
+    """The estimator's JSON, or a tier-none dict if it has nothing. Memoised per estimate
+    object (the object is held in the cache, so its id is not reused while cached)."""
+    if est is None:
+        return {"tier": "none"}
+    cached = _DICT_CACHE.get(id(est))
+    if cached is not None and cached[0] is est:
+        return dict(cached[1])
+    try:
+        out = dict(est.to_dict())
+        if len(_DICT_CACHE) >= _ESTIMATE_CACHE_MAX:
+            _DICT_CACHE.clear()
+        _DICT_CACHE[id(est)] = (est, out)
+        return dict(out)
+    except Exception as exc:  # pragma: no cover - defensive: an odd estimate must not break us
+        record_fault("advisor.estimate_dict", exc)
+        return {"tier": getattr(est, "tier", "none")}

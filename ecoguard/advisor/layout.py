@@ -1,0 +1,327 @@
+"""Layout shared by every advisor answer: the labels in both languages, number and money
+formats, Markdown or aligned-text tables (CJK characters count two columns), bar charts.
+
+Pure functions over plain values; the answer-specific sections live in ``sections.py`` and
+``diagnosis.py``, and ``rendering.render`` puts them together.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ecoguard.advisor.extract import SYMBOLS
+
+if TYPE_CHECKING:
+    from ecoguard.advisor.answers import Answer
+
+BAR_WIDTH = 30
+
+
+ATTRIBUTION = "Hongping Zhang, EcoCompute (2026), Zenodo 10.5281/zenodo.19647290, CC BY 4.0"
+
+
+LABELS = {
+    "en": {
+        "understood": "Understood as",
+        "conversions": "Conversions",
+        "defaults": "Defaults used",
+        "protocol": "protocol",
+        "recommendation": "Recommendation",
+        "current": "current",
+        "optimized": "optimized",
+        "saving": "Saving",
+        "extra_cost": "Extra cost",
+        "per_month": "per month",
+        "equivalent": "That is about",
+        "equivalent_optimize": "The recommended setup's monthly energy is about",
+        "equivalent_current": "This setup's monthly energy is about",
+        "findings": "Traps found",
+        "fix": "fix",
+        "honesty": "Published vs measured",
+        "published": "published",
+        "measured": "measured",
+        "out_of_data": "Outside the reference data",
+        "protocol_steps": "Measure it yourself",
+        "data": "Data",
+        "rows": "reference rows",
+        "no_rows": "no reference row backs a figure here",
+        "sources": "sources",
+        "notes": "Notes",
+        "confidence": "confidence",
+        "observed": "observed",
+        "expected": "expected",
+        "no_trap": "No known trap matches this configuration.",
+        "not_available": "no data",
+        "batching": "Batching",
+        "warning": "Warning",
+        "pue_local": "PUE {pue:g} (a local machine: no data-centre overhead)",
+        "r_cost_year": "cost/year",
+        # punctuation
+        "colon": ": ",
+        "comma": ", ",
+        "semicolon": "; ",
+        "stop": ".",
+        "paren": " ({})",
+        # "Understood as" fields
+        "f_model": "model",
+        "f_gpu": "GPU",
+        "f_precision": "precision",
+        "f_batch_size": "batch size",
+        "f_in_out": "{p} in / {g} out",
+        "f_use": "use",
+        "f_region": "region",
+        "conversion": "{source} -> {value} {field} ({rule})",
+        # table headers and row labels
+        "h_precision": "precision",
+        "h_model": "model",
+        "h_rank": "rank",
+        "h_bs": "BS",
+        "h_tok_s": "tok/s",
+        "h_j_1k": "J/1k tok",
+        "h_fp16_j_1k": "FP16 J/1k",
+        "h_vs_fp16": "vs FP16",
+        "h_tok_j": "tok/J",
+        "h_vram": "VRAM GB",
+        "h_latency": "latency s",
+        "h_w": "W",
+        "h_usd_month": "$/month",
+        "h_tier": "tier",
+        "h_metric": "metric",
+        "h_gap": "gap",
+        "h_row": "row",
+        "h_architecture": "architecture",
+        "h_fitted": "fitted",
+        "h_published": "published",
+        "r_j_request": "J/request",
+        "r_requests_month": "requests/month",
+        "r_kwh_month": "kWh/month",
+        "r_cost_month": "cost/month",
+        "r_co2_month": "kg CO2/month",
+        "setup": "{label} ({p}, BS {bs})",
+        # sentences
+        "rec_compare": "{label}: {p} ({j} J/1k tok{delta}, {tier}).",
+        "rec_delta": ", {d:+.1f}% vs FP16",
+        "rec_optimize": "{label}: {p}, batch size {bs}",
+        "impact": " (+{pct:.0f}% energy, {tier})",
+        "impact_usd": " (+{pct:.0f}% energy, ${usd:,.2f}/month, {tier})",
+        "citation": "{data}: {used}{src}. {attribution}.",
+    },
+    "zh": {
+        "understood": "理解为",
+        "conversions": "换算",
+        "defaults": "使用的默认值",
+        "protocol": "协议",
+        "recommendation": "建议",
+        "current": "当前",
+        "optimized": "优化后",
+        "saving": "节省",
+        "extra_cost": "额外花费",
+        "per_month": "每月",
+        "equivalent": "大约相当于",
+        "equivalent_optimize": "推荐配置每月的能耗大约相当于",
+        "equivalent_current": "该配置每月的能耗大约相当于",
+        "findings": "发现的陷阱",
+        "fix": "修复",
+        "honesty": "公开数据与实测对比",
+        "published": "公开值",
+        "measured": "实测",
+        "out_of_data": "超出参考数据范围",
+        "protocol_steps": "自己测一测",
+        "data": "数据",
+        "rows": "条参考数据",
+        "no_rows": "此处没有参考数据支撑的数字",
+        "sources": "来源",
+        "notes": "备注",
+        "confidence": "置信度",
+        "observed": "你的数据",
+        "expected": "参考值",
+        "no_trap": "没有匹配的已知陷阱。",
+        "not_available": "无数据",
+        "batching": "批处理",
+        "warning": "注意",
+        "pue_local": "PUE {pue:g}（本地机器：不计数据中心开销）",
+        "r_cost_year": "每年费用",
+        # punctuation
+        "colon": "：",
+        "comma": "，",
+        "semicolon": "；",
+        "stop": "。",
+        "paren": "（{}）",
+        # "Understood as" fields
+        "f_model": "模型",
+        "f_gpu": "GPU",
+        "f_precision": "精度",
+        "f_batch_size": "批大小",
+        "f_in_out": "输入 {p} / 输出 {g} token",
+        "f_use": "用途",
+        "f_region": "地区",
+        "conversion": "{source} -> {field} {value}（{rule}）",
+        "field_total_tokens": "总 token 数",
+        "field_requests": "请求数",
+        "field_requests_per_month": "每月请求数",
+        "field_prompt_tokens": "输入 token 数",
+        "field_observed_energy_j_per_1k": "实测每千 token 能耗（J）",
+        # table headers and row labels
+        "h_precision": "精度",
+        "h_model": "模型",
+        "h_rank": "排名",
+        "h_bs": "批大小",
+        "h_tok_s": "吞吐（tok/s）",
+        "h_j_1k": "每千 token 能耗（J）",
+        "h_fp16_j_1k": "FP16 每千 token 能耗（J）",
+        "h_vs_fp16": "相对 FP16",
+        "h_tok_j": "能效（tok/J）",
+        "h_vram": "显存（GB）",
+        "h_latency": "延迟（s）",
+        "h_w": "功率（W）",
+        "h_usd_month": "每月费用（$）",
+        "h_tier": "等级",
+        "h_metric": "指标",
+        "h_gap": "差距",
+        "h_row": "数据行",
+        "h_architecture": "架构",
+        "h_fitted": "拟合值",
+        "h_published": "公开值",
+        "r_j_request": "每次请求能耗（J）",
+        "r_requests_month": "每月请求数",
+        "r_kwh_month": "每月用电（kWh）",
+        "r_cost_month": "每月费用",
+        "r_co2_month": "每月 CO2（kg）",
+        "setup": "{label}（{p}，批大小 {bs}）",
+        # tiers and confidence, where shown as words
+        "tier_measured": "实测",
+        "tier_reported": "公布",
+        "tier_derived": "推算",
+        "tier_extrapolated": "外推",
+        "tier_local": "本机实测",
+        "tier_none": "无",
+        "conf_high": "高",
+        "conf_medium": "中",
+        "conf_low": "低",
+        "conf_general": "一般",
+        # sentences
+        "rec_compare": "{label}：{p}（{j} J/1k tok{delta}，{tier}）。",
+        "rec_delta": "，相对 FP16 {d:+.1f}%",
+        "rec_optimize": "{label}：{p}，批大小 {bs}",
+        "impact": "（能耗 +{pct:.0f}%，{tier}）",
+        "impact_usd": "（能耗 +{pct:.0f}%，${usd:,.2f}/月，{tier}）",
+        "citation": "{data}：{used}{src}。{attribution}.",
+    },
+}
+
+
+def fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        if digits == 0:
+            return f"{value:,.0f}"
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def fmt_range(value: Any, bounds: Any, digits: int = 0) -> str:
+    """``5,030 (4,300-5,600)``: a figure with its p10-p90 range when it has one."""
+    text = fmt(value, digits)
+    if value is None or not bounds or len(bounds) != 2 or None in bounds:
+        return text
+    return f"{text} ({fmt(bounds[0], digits)}-{fmt(bounds[1], digits)})"
+
+
+def money_text(
+    usd: float | None, cny: float | None = None, currency: str = "USD", local: float | None = None
+) -> str:
+    if currency == "CNY" and cny is not None:
+        text = f"¥{cny:,.2f}"
+        return text + (f" (${usd:,.2f})" if usd is not None else "")
+    if currency not in ("USD", "CNY") and local is not None:
+        return f"{SYMBOLS.get(currency, currency + ' ')}{local:,.2f}"
+    return "-" if usd is None else f"${usd:,.2f}"
+
+
+def money_year_text(money: dict[str, Any], monthly: dict[str, Any], currency: str) -> str:
+    usd = money.get("cost_usd", monthly.get("cost_usd"))
+    cny = money.get("cost_cny")
+    return money_text(
+        None if usd is None else usd * 12,
+        None if cny is None else cny * 12,
+        currency,
+        None if money.get("cost_local") is None else money["cost_local"] * 12,
+    )
+
+
+def make_table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> list[str]:
+    if markdown:
+        out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        return out
+    widths = [
+        max(_width(str(h)), *(_width(str(r[i])) for r in rows)) if rows else _width(h)
+        for i, h in enumerate(headers)
+    ]
+    out = ["  ".join(_pad(str(h), w) for h, w in zip(headers, widths, strict=False))]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(_pad(str(c), w) for c, w in zip(r, widths, strict=False)) for r in rows]
+    return out
+
+
+def _width(text: str) -> int:
+    """Columns on a terminal: CJK characters and full-width punctuation take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - _width(text))
+
+
+def tier_label(labels: dict[str, str], tier: object) -> str:
+    """A tier as a word in the answer's language (the JSON keeps the identifier)."""
+    return labels.get(f"tier_{tier}", str(tier))
+
+
+def list_head(text: str, labels: dict[str, str]) -> str:
+    """A label that introduces a list: ``Notes:`` / ``备注：``."""
+    return text + labels["colon"].rstrip()
+
+
+def bar_chart(items: Sequence[tuple[str, float | None, str]], *, unit: str) -> list[str]:
+    """``label |#######      | value unit (tier)``; bars scaled to the largest value."""
+    known = [v for _, v, _ in items if v is not None and v > 0]
+    if not known:
+        return []
+    top = max(known)
+    width = max(len(label) for label, _, _ in items)
+    lines = []
+    for label, value, tier in items:
+        if value is None:
+            lines.append(f"{label.ljust(width)} |{' ' * BAR_WIDTH}| -")
+            continue
+        filled = max(1, round(BAR_WIDTH * value / top)) if value > 0 else 0
+        lines.append(
+            f"{label.ljust(width)} |{'#' * filled}{' ' * (BAR_WIDTH - filled)}| {value:,.0f} {unit} ({tier})"
+        )
+    return lines
+
+
+def heading(text: str, markdown: bool, labels: dict[str, str]) -> str:
+    return f"### {text}" if markdown else list_head(text, labels)
+
+
+def field_label(labels: dict[str, str], name: str, default: str) -> str:
+    return labels.get(f"field_{name}", default)
+
+
+def local_price(answer: Answer) -> tuple[float, str] | None:
+    """(price per kWh, symbol) when the question priced electricity in a currency that is not
+    converted to USD (no exchange rate): money is then shown in that currency only."""
+    price, currency = (
+        answer.settings_used.get("price_per_kwh"),
+        answer.settings_used.get("price_currency"),
+    )
+    if price is None or currency in (None, "USD", "CNY"):
+        return None
+    return float(price), SYMBOLS.get(str(currency), f"{currency} ")

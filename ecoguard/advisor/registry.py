@@ -1,0 +1,182 @@
+"""The advisor's protocols as one table, like the rules' ``RULES``: each entry says how to run
+the protocol on a request, how to render its body, and what it needs.
+
+``answers.advise`` and ``answers.answer_for_flags`` (the CLI flags and the MCP tools) run a
+protocol through ``PROTOCOLS[name].run``; ``rendering.render`` draws its body through
+``PROTOCOLS[name].render``. Adding a protocol is one entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ecoguard.advisor import protocols
+from ecoguard.advisor.diagnosis import diagnose_section
+from ecoguard.advisor.sections import (
+    audit_section,
+    compare_section,
+    estimate_section,
+    optimize_section,
+)
+from ecoguard.config import Settings
+from ecoguard.deployment import Deployment
+
+if TYPE_CHECKING:
+    from ecoguard.advisor.answers import Answer
+
+DEFAULT_GPU_PROFILE = "rtx4090d"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Everything a protocol run needs, from a question or from flags."""
+
+    deployment: Deployment = field(default_factory=Deployment)
+    settings: Settings = field(default_factory=Settings)
+    language: str = "en"
+    requests_per_month: int | None = None
+    max_batch: int | None = None
+    serving: bool | None = None  # None: an API is served, a chat or batch job is not
+    concurrency: int | None = None
+    hours_per_day: float | None = None
+    model_named: bool = True
+    precisions: tuple[str, ...] = ()  # asked about (a precision question without a model)
+    observed_throughput_tok_s: float | None = None
+    observed_power_w: float | None = None
+    observed_energy_j_per_1k: float | None = None
+    currency: str = "USD"
+    cny_per_usd: float | None = None
+    price_per_kwh: float | None = None
+    price_currency: str | None = None
+    paths: tuple[str, ...] = ()
+    code: str | None = None
+    audit_gpu: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolSpec:
+    """One protocol: ``run`` a request, ``render`` the answer's body (labels, markdown?),
+    ``needs_model`` (a model must be named, else the question is asked back), and
+    ``fills_precision`` (a missing precision defaults to FP16; compare lists all, diagnose
+    infers one)."""
+
+    name: str
+    summary: str
+    run: Callable[[Request], protocols.AdvisorResult]
+    render: Callable[[Answer, dict[str, str], bool], list[str]]
+    needs_model: bool
+    fills_precision: bool
+
+
+def _run_compare(req: Request) -> protocols.AdvisorResult:
+    if not req.model_named:
+        return protocols.compare_across_models(
+            req.deployment.gpu.profile or DEFAULT_GPU_PROFILE,
+            req.precisions,
+            language=req.language,
+            architecture=req.deployment.gpu.architecture,
+        )
+    return protocols.compare(
+        req.deployment,
+        settings=req.settings,
+        requests_per_month=req.requests_per_month,
+        language=req.language,
+    )
+
+
+def _run_optimize(req: Request) -> protocols.AdvisorResult:
+    if not req.model_named:
+        return _run_compare(req)  # "should I use FP8 on Blackwell?": across the measured models
+    return protocols.optimize(
+        req.deployment,
+        use=req.deployment.use,
+        settings=req.settings,
+        requests_per_month=req.requests_per_month,
+        language=req.language,
+        max_batch=req.max_batch,
+        serving=req.serving,
+        concurrency=req.concurrency,
+        hours_per_day=req.hours_per_day,
+    )
+
+
+def _run_estimate(req: Request) -> protocols.AdvisorResult:
+    return protocols.estimate(
+        req.deployment,
+        settings=req.settings,
+        requests_per_month=req.requests_per_month,
+        language=req.language,
+        currency=req.currency,
+        cny_per_usd=req.cny_per_usd,
+        price_per_kwh=req.price_per_kwh,
+        price_currency=req.price_currency,
+        max_batch=req.max_batch,
+        serving=req.serving,
+        concurrency=req.concurrency,
+        hours_per_day=req.hours_per_day,
+    )
+
+
+def _run_diagnose(req: Request) -> protocols.AdvisorResult:
+    return protocols.diagnose(
+        req.deployment,
+        observed_throughput_tok_s=req.observed_throughput_tok_s,
+        observed_power_w=req.observed_power_w,
+        observed_energy_j_per_1k=req.observed_energy_j_per_1k,
+        settings=req.settings,
+        requests_per_month=req.requests_per_month,
+        language=req.language,
+    )
+
+
+def _run_audit(req: Request) -> protocols.AdvisorResult:
+    return protocols.audit(req.paths, language=req.language, code=req.code, gpu=req.audit_gpu)
+
+
+PROTOCOLS: dict[str, ProtocolSpec] = {
+    spec.name: spec
+    for spec in (
+        ProtocolSpec(
+            "optimize",
+            "recommended precision and batch size",
+            _run_optimize,
+            optimize_section,
+            needs_model=True,
+            fills_precision=True,
+        ),
+        ProtocolSpec(
+            "compare",
+            "every precision side by side (or one precision across the measured models)",
+            _run_compare,
+            compare_section,
+            needs_model=True,
+            fills_precision=False,
+        ),
+        ProtocolSpec(
+            "estimate",
+            "energy, money and CO2 now and optimized",
+            _run_estimate,
+            estimate_section,
+            needs_model=True,
+            fills_precision=True,
+        ),
+        ProtocolSpec(
+            "diagnose",
+            "observed figures against the reference: which trap matches",
+            _run_diagnose,
+            diagnose_section,
+            needs_model=False,
+            fills_precision=False,
+        ),
+        ProtocolSpec(
+            "audit",
+            "source files or pasted code through ecoguard.audit",
+            _run_audit,
+            audit_section,
+            needs_model=False,
+            fills_precision=False,
+        ),
+    )
+}
