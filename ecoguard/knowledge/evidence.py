@@ -200,6 +200,10 @@ class Evidence:
             base = self.by_id.get(row.baseline_row)
             if base is None or not usable(base) or config_of(base) != base_key:
                 return None
+            if base.tier != row.tier:
+                # A measured row "paired" with a quoted baseline (another, unpublished run) is
+                # not a same-session pair.
+                return None
             assert base.energy_j_per_1k is not None
             return Pair(row, energy / base.energy_j_per_1k, session_of(row), base)
         if row.fp16_energy_j_per_1k:
