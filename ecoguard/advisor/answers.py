@@ -644,14 +644,14 @@ def _max_batch(
     and for a chat with one user (batch size 1)."""
     if dep.use == "batch" or (dep.use == "chat" and not serving):
         return None
-    in_flight, _basis, _per_request = requests_in_flight(
+    in_flight, basis, _per_request = requests_in_flight(
         dep,
         settings=settings,
         requests_per_month=monthly,
         concurrency=parsed.concurrency,
         hours_per_day=parsed.hours_per_day,
     )
-    return serving_batch_cap(in_flight)
+    return serving_batch_cap(None if basis == "bandwidth" else in_flight)
 
 
 def _volume_default(

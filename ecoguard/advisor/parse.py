@@ -746,7 +746,8 @@ _RE_CONTEXT_AFTER = re.compile(
     rf"({NUMBER})\s*(k)?\s*(?:-\s*)?(?:token\s+)?(?:context|上下文)", re.I
 )
 _RE_IN = re.compile(
-    rf"({NUMBER})\s*(?:tokens?\s+)?(?:in\b|input|prompt)|(?:prompt|input|输入)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
+    rf"({NUMBER})\s*(?:tokens?\s+(?:in\b|input|prompt)|in\s*(?=/)|input\b|prompt\b)"
+    rf"|(?:prompt|input|输入)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
     re.I,
 )
 _RE_OUT = re.compile(

@@ -88,7 +88,13 @@ class BatchingAdvice:
         currency symbol) when the question priced electricity in a currency other than USD."""
         zh = language == "zh"
         out: list[str] = []
-        if self.gpu_days_per_month is not None and self.current_batch == 1:
+        # The GPU time comes from the monthly volume; with the concurrency stated, the volume
+        # may be only the default, so the stated figure is the one shown.
+        if (
+            self.gpu_days_per_month is not None
+            and self.current_batch == 1
+            and self.concurrency_basis != "stated"
+        ):
             days = self.gpu_days_per_month
             gpus = max(1, math.ceil(days / 30))
             if zh:
@@ -107,21 +113,47 @@ class BatchingAdvice:
                     f"At batch size 1 the monthly volume is about {days:,.1f} GPU-days of work "
                     f"({self.seconds_per_request:,.1f} s per request; a month is 30 days){more}."
                 )
-        if self.concurrency is not None:
+        if self.concurrency is not None and self.use != "batch":
             basis = {
                 "stated": Text("as stated", "问题中给出"),
                 "derived": Text(
                     "monthly requests x seconds per request / seconds in a month",
                     "每月请求数 x 每次请求秒数 / 每月秒数",
                 ),
+                "neighbours": Text(
+                    "monthly requests x seconds per request / seconds in a month; seconds per "
+                    "request from the measured throughput of models of neighbouring size on "
+                    "this GPU",
+                    "每月请求数 x 每次请求秒数 / 每月秒数；每次请求秒数取自此 GPU 上相近大小模型的实测吞吐",
+                ),
+                "bandwidth": Text(
+                    "monthly requests x seconds per request / seconds in a month; no measured "
+                    "latency here, so seconds per request = generated tokens x weight bytes / "
+                    "memory bandwidth, a lower bound",
+                    "每月请求数 x 每次请求秒数 / 每月秒数；这里没有实测延迟，每次请求秒数按 生成 token 数 x "
+                    "权重字节数 / 显存带宽 计，是下限",
+                ),
             }.get(self.concurrency_basis, Text("", ""))
+            count = _count(self.concurrency, self.concurrency_basis)
             out.append(
-                f"同时在处理的请求：约 {self.concurrency:,.1f}（{basis.zh}）。"
+                f"同时在处理的请求：{count.replace('about ', '约 ').replace('at least ', '至少 ')}（{basis.zh}）。"
                 if zh
-                else f"Requests in flight at once: about {self.concurrency:,.1f} ({basis.en})."
+                else f"Requests in flight at once: {count} ({basis.en})."
             )
         if self.target_batch <= self.current_batch:
-            if self.target_batch <= 1 and self.current_batch <= 1:
+            if (
+                self.target_batch <= 1
+                and self.current_batch <= 1
+                and self.concurrency_basis == "bandwidth"
+            ):
+                out.append(
+                    "这只是下限：实际延迟更长时同时在处理的请求更多；用 `ecoguard bench` 测出延迟后再决定是否开启批处理器。"
+                    if zh
+                    else "That is a lower bound: with the real (longer) latency more requests "
+                    "overlap; measure the latency with `ecoguard bench` before deciding on the "
+                    "batcher."
+                )
+            elif self.target_batch <= 1 and self.current_batch <= 1:
                 out.append(
                     "同时在处理的请求不到 2 个，批处理器没有可合并的请求；请求量上来后再开启。"
                     if zh
@@ -150,7 +182,8 @@ class BatchingAdvice:
                 if zh
                 else f"Coalesce concurrent requests: `{self.fix}`"
             )
-        if self.concurrency is None and self.use != "batch" and not self.conditional:
+        unknown = self.concurrency is None or self.concurrency_basis == "bandwidth"
+        if unknown and self.use != "batch" and not self.conditional:
             out.append(
                 f"同时在处理的请求数未知（该配置没有延迟数据）；下面的节省假定有 {self.target_batch} 个请求同时在处理。"
                 if zh
@@ -172,6 +205,13 @@ class BatchingAdvice:
                 f"({self.tier}; outputs unchanged)."
             )
         return out
+
+
+def _count(value: float, basis: str) -> str:
+    """A stated concurrency as written (500); a derived one as an estimate (about 2.7)."""
+    if basis == "stated":
+        return f"{value:,.0f}"
+    return f"at least {value:,.1f}" if basis == "bandwidth" else f"about {value:,.1f}"
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -201,6 +241,71 @@ def seconds_per_request(est: dict[str, Any], deployment: Deployment) -> float | 
     return None
 
 
+BYTES_PER_PARAM = {
+    "fp32": 4.0,
+    "fp16": 2.0,
+    "bf16": 2.0,
+    "int8_mixed": 1.0,
+    "int8_pure": 1.0,
+    "fp8_weight_only": 1.0,
+    "fp8_dynamic": 1.0,
+    "nf4": 0.5,
+    "nf4_dq": 0.5,
+}
+
+
+def neighbour_seconds_per_request(deployment: Deployment) -> float | None:
+    """One request's time from the measured throughput of models of neighbouring size on the
+    same GPU, precision and batch size 1 (log-log between the two that bracket the size, else
+    the nearest within 2x): decode speed changes slowly with size, unlike a roofline bound."""
+    from ecoguard.knowledge import find_rows
+
+    params = deployment.model.params_b
+    if not params or not deployment.gpu.profile:
+        return None
+    points: dict[float, list[float]] = {}
+    for row in find_rows(
+        gpu=deployment.gpu.profile, precision=deployment.precision or "fp16", batch_size=1
+    ):
+        if row.params_b and row.throughput_tok_s and row.tier in ("measured", "reported"):
+            points.setdefault(float(row.params_b), []).append(float(row.throughput_tok_s))
+    if not points:
+        return None
+    speed = {size: sorted(v)[len(v) // 2] for size, v in points.items()}
+    below = [x for x in speed if x <= params]
+    above = [x for x in speed if x >= params]
+    if below and above:
+        lo, hi = max(below), min(above)
+        if lo == hi:
+            tput = speed[lo]
+        else:
+            frac = math.log(params / lo) / math.log(hi / lo)
+            tput = math.exp(
+                math.log(speed[lo]) + frac * (math.log(speed[hi]) - math.log(speed[lo]))
+            )
+    else:
+        nearest = min(speed, key=lambda x: abs(math.log(x / params)))
+        if abs(math.log(nearest / params)) > math.log(2.0):
+            return None
+        tput = speed[nearest]
+    return (deployment.generation_tokens or 256) / tput
+
+
+def bandwidth_seconds_per_request(deployment: Deployment) -> float | None:
+    """A lower bound on one request's time when no measured figure gives it: decoding reads
+    every weight once per generated token, so a token takes at least weight bytes / memory
+    bandwidth (the GPU profile's), and a request at least that x generated tokens."""
+    from ecoguard.knowledge import gpu_profiles
+
+    params = deployment.model.params_b
+    profile = gpu_profiles().get(deployment.gpu.profile or "")
+    per_param = BYTES_PER_PARAM.get(deployment.precision or "fp16")
+    if not params or profile is None or not profile.mem_bandwidth_gbs or per_param is None:
+        return None
+    seconds_per_token = params * 1e9 * per_param / (profile.mem_bandwidth_gbs * 1e9)
+    return (deployment.generation_tokens or 256) * seconds_per_token
+
+
 def serving_batch_cap(in_flight: float | None) -> int:
     """The batch a batcher can fill: the requests in flight at once (rounded), at most
     BATCHER_MAX."""
@@ -222,12 +327,17 @@ def requests_in_flight(
     single = deployment.with_(batch_size=1)
     base = estimate_dict(run_estimate(single, settings, requests_per_month))
     per_request = seconds_per_request(base, single)
+    basis = "derived"
+    if per_request is None:
+        per_request, basis = neighbour_seconds_per_request(single), "neighbours"
+    if per_request is None:
+        per_request, basis = bandwidth_seconds_per_request(single), "bandwidth"
     if concurrency is not None:
         return float(concurrency), "stated", per_request
     if per_request is None:
         return None, "none", None
     seconds = SECONDS_PER_MONTH * ((hours_per_day or 24.0) / 24.0)
-    return requests_per_month * per_request / seconds, "derived", per_request
+    return requests_per_month * per_request / seconds, basis, per_request
 
 
 def batching_advice(
@@ -264,7 +374,9 @@ def batching_advice(
     elif conditional:
         target = max(current_batch, 4)
     else:
-        target = max(current_batch, serving_batch_cap(in_flight))
+        # A bandwidth bound understates how many requests overlap: target as if unknown.
+        known = None if basis == "bandwidth" else in_flight
+        target = max(current_batch, serving_batch_cap(known))
     if target_batch is not None and target_batch > current_batch:
         target = target_batch
     fix = f"ecoguard.install(batching=True, max_batch_size={max(target, 2)})"
@@ -333,9 +445,10 @@ def batching_finding(
     if advice.concurrency is None:
         crowd = Text("concurrent requests could share that pass", "并发的请求可以分摊这次读取")
     else:
+        count = _count(advice.concurrency, advice.concurrency_basis)
         crowd = Text(
-            f"about {advice.concurrency:,.1f} requests are in flight and could share that pass",
-            f"同时约有 {advice.concurrency:,.1f} 个请求可以分摊这次读取",
+            f"{count} requests are in flight and could share that pass",
+            f"同时有 {count.replace('about ', '约 ').replace('at least ', '至少 ')} 个请求可以分摊这次读取",
         )
     message = Text(
         (

@@ -226,3 +226,37 @@ def test_batching_advice_numbers_follow_the_estimator() -> None:
     expected = (1 - target["energy_per_1k_tokens_j"] / single["energy_per_1k_tokens_j"]) * 100
     assert advice.saving_pct == pytest.approx(expected, abs=0.1)
     assert isinstance(answer, Answer)
+
+
+def test_requests_in_flight_without_own_latency_come_from_neighbouring_models() -> None:
+    # Qwen2.5-7B on A800 has no throughput of its own; Mistral-7B (7.24B) and Yi-1.5-9B
+    # (8.83B) measured on the same GPU bracket it.
+    import math
+
+    from ecoguard.knowledge import find_rows
+
+    answer = advise("Qwen2.5-7B on A800 serving 1M requests a month")
+    advice = answer.batching
+    assert advice.concurrency_basis == "neighbours"
+    speeds: dict[float, list[float]] = {}
+    for row in find_rows(gpu="a800", precision="fp16", batch_size=1):
+        if row.params_b and row.throughput_tok_s and row.tier in ("measured", "reported"):
+            speeds.setdefault(row.params_b, []).append(row.throughput_tok_s)
+    median = {k: sorted(v)[len(v) // 2] for k, v in speeds.items()}
+    lo = max(k for k in median if k <= 7.62)
+    hi = min(k for k in median if k >= 7.62)
+    frac = math.log(7.62 / lo) / math.log(hi / lo)
+    tput = math.exp(math.log(median[lo]) + frac * (math.log(median[hi]) - math.log(median[lo])))
+    assert advice.seconds_per_request == pytest.approx(256 / tput)
+    assert "neighbouring size" in render(answer, fmt="text")
+
+
+def test_a_bandwidth_bound_is_called_a_lower_bound_and_does_not_cap_the_batcher() -> None:
+    # A100 has no reference rows: only the roofline bound is left, which understates overlap.
+    answer = advise("We run Qwen2.5-7B with BS=1 in production on an A100, is that ok?")
+    advice = answer.batching
+    assert advice.concurrency_basis == "bandwidth" and advice.target_batch == 16
+    text = render(answer, fmt="text")
+    assert "at least" in text and "a lower bound" in text
+    assert answer.result.mood == Mood.YELLOW  # BS 1 in production is not green
+    assert answer.result.deployment.prompt_tokens == 512  # "BS=1 in" is not a prompt length

@@ -145,6 +145,7 @@ SUITE: list[Q] = [
         use="api",
         batch_size=1,
         serving=True,
+        prompt_tokens=512,
     ),
     q(
         "Mistral-7B on A800 serving 1M requests/month at batch size 1",
