@@ -145,6 +145,10 @@ NUMBER_WORDS: dict[str, float] = {
     "ninety": 90,
 }
 _SCALE_WORDS = {"hundred": 100, "thousand": 1e3, "million": 1e6, "billion": 1e9}
+# Bounds on a number written in words: "two hundred and fifty thousand" is 6 words; a run longer
+# than this, or a value past a trillion, is not a quantity (and must not overflow).
+MAX_NUMBER_WORDS = 12
+MAX_WORD_NUMBER = 1e12
 _WORD = re.compile(r"[a-z]+", re.IGNORECASE)
 # Pinyin scale words after a number ("100 wan zi", "2 yi tokens", "3 qian"), longest first.
 _PINYIN = re.compile(
@@ -189,6 +193,7 @@ _PREFIX_FORMS: tuple[tuple[re.Pattern[str], str], ...] = (
         "concurrency",
     ),
 )
+_PREFIX_KEYS = ("qps", "rps", "dau", "daily active", "日活", "concurren", "并发", "同时在线")
 _SUFFIX_RATE = re.compile(r"\s*(?:qps|rps|req/s|reqs/s|requests/s)\b", re.I)
 _SUFFIX_CONCURRENCY = re.compile(
     r"\s*(?:concurrent|simultaneous|parallel)\s+(?:users?|requests?|sessions?|streams?|connections?|chats?)"
@@ -266,8 +271,8 @@ def words_to_digits(text: str) -> str:
     i = 0
     while i < len(words):
         run_end, value = _number_run(text, words, i)
-        if run_end == i:
-            i += 1
+        if run_end == i or not 0 <= value <= MAX_WORD_NUMBER:
+            i = max(run_end, i + 1)  # no number here, or not one anybody writes in words
             continue
         start, end = words[i].start(), words[run_end - 1].end()
         out.append(text[pos:start])
@@ -283,7 +288,7 @@ def _number_run(text: str, words: list[re.Match[str]], i: int) -> tuple[int, flo
     ``(i, 0)`` when none starts there. ``a``/``half a`` count only before a scale word."""
     total, current, seen_number = 0.0, 0.0, False
     j = i
-    while j < len(words):
+    while j < len(words) and j - i < MAX_NUMBER_WORDS:
         word = words[j].group(0).lower()
         gap = text[words[j - 1].end() : words[j].start()] if j > i else ""
         if j > i and gap.strip(" -") != "":
@@ -308,10 +313,14 @@ def _number_run(text: str, words: list[re.Match[str]], i: int) -> tuple[int, flo
             current += NUMBER_WORDS[word]
             seen_number = True
         elif word in _SCALE_WORDS and seen_number:
+            if word == "hundred" and current >= 100:
+                break  # "one hundred one hundred" is two numbers, not 10,100
             if word == "hundred":
                 current = (current or 1.0) * 100
+            elif current == 0:
+                break  # "one billion billion": a scale needs a number before it
             else:
-                total += (current or 1.0) * _SCALE_WORDS[word]
+                total += current * _SCALE_WORDS[word]
                 current = 0.0
         else:
             break
@@ -397,7 +406,9 @@ def find_quantities(text: str) -> tuple[list[Quantity], int | None]:
             continue
         source = match.group(0).strip()
         prefix = text[max(0, start - 32) : start]
-        form = next((kind for rx, kind in _PREFIX_FORMS if rx.search(prefix)), None)
+        form = None
+        if any(key in prefix.lower() for key in _PREFIX_KEYS):  # cheap gate before the regexes
+            form = next((kind for rx, kind in _PREFIX_FORMS if rx.search(prefix)), None)
         if form == "concurrency" or _SUFFIX_CONCURRENCY.match(text, end):
             m = _SUFFIX_CONCURRENCY.match(text, end)
             concurrency = int(value)

@@ -280,6 +280,18 @@ def test_bad_input_is_usage_error(bad):
         "1.1.1.1" * 1400,
         "万" * 3000,
         "a-" * 5000 + "7B",
+        # the volume extractor's forms, repeated
+        "1 wan " * 1700,
+        "1 requests per " * 680,
+        "one hundred " * 850,
+        "half a " * 1400,
+        "QPS 1 " * 1700,
+        "1 concurrent " * 780,
+        "日活" * 1700,
+        "1 " * 5000,
+        "€1/kWh " * 1200,
+        "from_pretrained(" * 600,
+        "```" * 3000,
     ],
 )
 def test_parser_is_linear_on_hostile_input(evil):

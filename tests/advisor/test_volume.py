@@ -231,3 +231,10 @@ def test_property_cases_cover_every_unit_period_and_language():
 )
 def test_words_to_digits(text, expected):
     assert words_to_digits(text) == expected
+
+
+def test_long_runs_of_number_words_neither_overflow_nor_merge():
+    # "one hundred" repeated used to multiply into infinity and crash the parser.
+    text = words_to_digits("one hundred " * 400)
+    assert "inf" not in text and len(text) < len("one hundred " * 400)
+    assert words_to_digits("one billion billion") == "1000000000 billion"
