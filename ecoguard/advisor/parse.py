@@ -43,11 +43,11 @@ class OutOfData:
     sequences > 4096, GPTQ/AWQ/GGUF)."""
 
     topic: str  # amd-gpu, accelerator, batch-size, sequence-length, quant-method
-    detail: str
+    detail: Text
     vendor: str | None = None  # accelerators: a key of accelerators.VENDORS
 
     def to_dict(self) -> dict[str, str]:
-        out = {"topic": self.topic, "detail": self.detail}
+        out = {"topic": self.topic, "detail": self.detail.en}
         if self.vendor:
             out["vendor"] = self.vendor
         return out
@@ -848,15 +848,24 @@ def _accelerator_out_of_data(vendor: Vendor | None, lower: str) -> list[OutOfDat
         out.append(
             OutOfData(
                 "amd-gpu" if vendor.key == "amd" else "accelerator",
-                f"{vendor.name}: every reference row was measured on NVIDIA GPUs, and no "
-                "measured factor carries an NVIDIA figure to it",
+                Text(
+                    f"{vendor.name}: every reference row was measured on NVIDIA GPUs, and no "
+                    "measured factor carries an NVIDIA figure to it",
+                    f"{vendor.name}：所有参考数据都是在 NVIDIA GPU 上测的，也没有实测的系数能把 NVIDIA 的数字换算过去",
+                ),
                 vendor.key,
             )
         )
     for word, label in _OTHER_QUANT.items():
         if re.search(rf"\b{word}\b", lower):
             out.append(
-                OutOfData("quant-method", f"{label}: no reference row measures {label} kernels")
+                OutOfData(
+                    "quant-method",
+                    Text(
+                        f"{label}: no reference row measures {label} kernels",
+                        f"{label}：没有参考数据测过 {label} 内核",
+                    ),
+                )
             )
     return out
 
@@ -874,7 +883,13 @@ def _batch_size(masked: str, lower: str, out_of_data: list[OutOfData]) -> int | 
         return None
     if max(batches) > 64:
         out_of_data.append(
-            OutOfData("batch-size", f"batch size {max(batches)}: reference rows stop at 64")
+            OutOfData(
+                "batch-size",
+                Text(
+                    f"batch size {max(batches)}: reference rows stop at 64",
+                    f"批大小 {max(batches)}：参考数据最大只到 64",
+                ),
+            )
         )
     return min(batches)
 
@@ -896,7 +911,10 @@ def _lengths(
         out_of_data.append(
             OutOfData(
                 "sequence-length",
-                f"sequence of {max(seq, total_seq):,} tokens: reference rows stop at 4,096",
+                Text(
+                    f"sequence of {max(seq, total_seq):,} tokens: reference rows stop at 4,096",
+                    f"序列长度 {max(seq, total_seq):,} 个 token：参考数据最长只到 4,096",
+                ),
             )
         )
     if seq and prompt is None and seq <= 4096:

@@ -9,6 +9,7 @@ from the reference rows actually used. Output is deterministic for a given answe
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ecoguard.advisor.answers import Answer
 from ecoguard.advisor.layout import (
@@ -172,11 +173,23 @@ def _findings(answer: Answer, labels: dict[str, str], markdown: bool) -> list[st
         )
         if f.rule == "batch-size-one":
             message, fix_summary = f.message, f.fix_summary or ""  # the advisor's own wording
-        out.append(f"- {mood_tag(f.mood)} {f.rule}{labels['colon']}{message}{impact}")
+        where = _where(f, answer.language)
+        out.append(f"- {mood_tag(f.mood)} {where}{f.rule}{labels['colon']}{message}{impact}")
         fix = f"`{f.fix}`" if markdown else f.fix
         out.append(f"  {labels['fix']}{labels['colon']}{fix_summary} {fix}".rstrip())
     out.append("")
     return out
+
+
+def _where(finding: Any, language: str) -> str:
+    """``serve.py:12: `` for an audit finding, ``line 3: `` for code pasted into the question."""
+    loc = getattr(finding, "location", None)
+    if loc is None or loc.line is None:
+        return ""
+    if loc.path == "<question>":
+        return f"第 {loc.line} 行 " if language == "zh" else f"line {loc.line}: "
+    cell = f"[{loc.cell}]" if loc.cell is not None else ""
+    return f"{loc.path}{cell}:{loc.line}: "
 
 
 def _honesty(answer: Answer, labels: dict[str, str]) -> list[str]:
@@ -208,7 +221,10 @@ def _honesty(answer: Answer, labels: dict[str, str]) -> list[str]:
 
 def _out_of_data(answer: Answer, labels: dict[str, str], lang: str, markdown: bool) -> list[str]:
     out = [list_head(labels["out_of_data"], labels)]
-    out.extend(f"- {o['detail']}" for o in answer.result.out_of_data)
+    if answer.parsed is not None and answer.parsed.out_of_data:
+        out.extend(f"- {o.detail.get(lang)}" for o in answer.parsed.out_of_data)
+    else:
+        out.extend(f"- {o['detail']}" for o in answer.result.out_of_data)
     out.append("")
     out.append(heading(labels["protocol_steps"], markdown, labels))
     steps = list(_MEASUREMENT_STEPS.get(lang, _MEASUREMENT_STEPS["en"]))

@@ -492,5 +492,18 @@ def estimate_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
 
 
 def audit_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
-    paths = answer.result.extra.get("paths") or []
-    return [("Files: " if answer.language == "en" else "文件：") + ", ".join(paths), ""]
+    extra = answer.result.extra
+    zh = answer.language == "zh"
+    lines = extra.get("code_lines") or 0
+    if lines:
+        return [
+            f"代码：问题中粘贴的 {lines} 行，按文本审计（不会运行）。"
+            if zh
+            else f"Code: {lines} {'line' if lines == 1 else 'lines'} pasted into the question, "
+            "audited as text (never run).",
+            "",
+        ]
+    paths = extra.get("paths") or []
+    if not paths:
+        return []
+    return [("文件：" if zh else "Files: ") + ", ".join(paths), ""]

@@ -260,3 +260,23 @@ def test_a_bandwidth_bound_is_called_a_lower_bound_and_does_not_cap_the_batcher(
     assert "at least" in text and "a lower bound" in text
     assert answer.result.mood == Mood.YELLOW  # BS 1 in production is not green
     assert answer.result.deployment.prompt_tokens == 512  # "BS=1 in" is not a prompt length
+
+
+def test_pasted_code_is_audited_as_text_with_its_line() -> None:
+    question = (
+        "audit my code:\nfrom transformers import AutoModelForCausalLM\n"
+        "model = AutoModelForCausalLM.from_pretrained('x', load_in_8bit=True)"
+    )
+    answer = advise(question)
+    assert answer.result.protocol == "audit" and answer.parsed.code
+    text = render(answer, fmt="text", plain=True)
+    assert "pasted into the question, audited as text (never run)" in text
+    assert "line 2: int8-mixed" in text  # the line of the load, counted in the pasted code
+
+
+def test_chinese_gray_answers_are_chinese() -> None:
+    text = _text("Qwen2.5-7B 在 Intel Gaudi 2 上每月电费多少")
+    assert "所有参考数据都是在 NVIDIA GPU 上测的" in text
+    assert "every reference row" not in text
+    text = _text("Qwen2.5-7B 在 A800 上，批大小 128，多少钱")
+    assert "参考数据最大只到 64" in text
