@@ -901,7 +901,7 @@ def _requests(
         return requests, conversions
     if parsed.hours_per_day is not None:
         est = protocols.estimate_dict(protocols.run_estimate(dep, settings, None))
-        tput = protocols._figure(est, "throughput_tok_s")
+        tput = protocols.figure(est, "throughput_tok_s")
         if tput:
             requests = int(parsed.hours_per_day * 3600 * 30 * tput / gen)
             conversions.append(

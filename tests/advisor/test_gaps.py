@@ -12,6 +12,7 @@ from ecoguard.advisor.answers import Answer, advise, answer_for_flags, build_dep
 from ecoguard.advisor.rendering import render
 from ecoguard.advisor.texts import TRAPS_ZH
 from ecoguard.advisor.uncertainty import quantization_holds
+from ecoguard.config import Settings
 from ecoguard.findings import Finding, Impact, Mood
 from ecoguard.knowledge import regions
 
@@ -207,9 +208,7 @@ def test_batching_advice_numbers_follow_the_estimator() -> None:
     answer = advise("Mistral-7B on A800 serving 1M requests/month at batch size 1")
     advice = answer.batching
     single = protocols.estimate_dict(
-        protocols.run_estimate(
-            answer.result.deployment.with_(batch_size=1), protocols.Settings(), 1_000_000
-        )
+        protocols.run_estimate(answer.result.deployment.with_(batch_size=1), Settings(), 1_000_000)
     )
     assert advice.seconds_per_request == pytest.approx(single["latency_s"])
     assert advice.gpu_days_per_month == pytest.approx(1_000_000 * single["latency_s"] / 86_400)
@@ -219,7 +218,7 @@ def test_batching_advice_numbers_follow_the_estimator() -> None:
     target = protocols.estimate_dict(
         protocols.run_estimate(
             answer.result.deployment.with_(batch_size=advice.target_batch),
-            protocols.Settings(),
+            Settings(),
             1_000_000,
         )
     )

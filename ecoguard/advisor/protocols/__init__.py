@@ -1,0 +1,57 @@
+"""The advisor's protocols: optimize, compare, estimate, diagnose, audit (one module each:
+``optimizing``, ``comparing``, ``estimating``, ``diagnosing``, ``auditing``; shared parts in
+``base``).
+
+Each is a library function that takes a Deployment (and plain options) and returns an
+:class:`AdvisorResult` whose ``to_dict()`` is the JSON the CLI, MCP server and tests read. Every
+figure comes from the knowledge estimator (``ecoguard.knowledge.estimator.estimate``) with its
+tier; every judgement comes from the rules (``ecoguard.rules.evaluate``). Nothing here invents a
+number: when the estimator has no basis, the cell says so (tier ``none``).
+"""
+
+from __future__ import annotations
+
+from ecoguard.advisor.estimates import estimate_dict, run_estimate, run_rules
+from ecoguard.advisor.protocols.auditing import audit
+from ecoguard.advisor.protocols.base import (
+    BATCH_SIZES_BY_USE,
+    MAX_REFERENCE_BATCH,
+    TIE_FRACTION,
+    UNQUANTIZED,
+    AdvisorResult,
+    cite,
+    deployment_dict,
+    figure,
+    money_for,
+    use_for_batch_size,
+    with_precision,
+)
+from ecoguard.advisor.protocols.comparing import compare, compare_across_models
+from ecoguard.advisor.protocols.diagnosing import diagnose, general_trap_rule, general_traps
+from ecoguard.advisor.protocols.estimating import estimate
+from ecoguard.advisor.protocols.optimizing import optimize
+
+__all__ = [
+    "BATCH_SIZES_BY_USE",
+    "MAX_REFERENCE_BATCH",
+    "TIE_FRACTION",
+    "UNQUANTIZED",
+    "AdvisorResult",
+    "audit",
+    "cite",
+    "compare",
+    "compare_across_models",
+    "deployment_dict",
+    "diagnose",
+    "estimate",
+    "estimate_dict",
+    "figure",
+    "general_trap_rule",
+    "general_traps",
+    "money_for",
+    "optimize",
+    "run_estimate",
+    "run_rules",
+    "use_for_batch_size",
+    "with_precision",
+]

@@ -1,0 +1,91 @@
+"""audit: source files or pasted code through ecoguard.audit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ecoguard.advisor.protocols.base import (
+    AdvisorResult,
+    cite,
+)
+from ecoguard.advisor.texts import Text
+from ecoguard.findings import Finding, Mood, weakest_tier
+
+
+def audit(
+    paths: Sequence[str],
+    *,
+    language: str = "en",
+    code: str | None = None,
+    gpu: str | None = None,
+) -> AdvisorResult:
+    """The code audit (``ecoguard.audit``): files by path, or code pasted into a question
+    (``code``: audited as text with ``audit_source``, never run). Nothing to audit is gray."""
+    try:
+        from ecoguard.audit import audit_paths, audit_source
+    except ImportError:
+        return AdvisorResult(
+            protocol="audit",
+            mood=Mood.GRAY,
+            language=language,
+            notes=(
+                Text(
+                    "The code audit is not available in this build; nothing was scanned.",
+                    "当前版本没有代码审计功能，未扫描任何文件。",
+                ).get(language),
+            ),
+            extra={"paths": list(paths), "available": False},
+        )
+    if code:
+        report = audit_source(code, "<question>", gpu=gpu, time_limit_s=2.0)
+    elif paths:
+        report = audit_paths(list(paths), gpu=gpu)
+    else:
+        return AdvisorResult(
+            protocol="audit",
+            mood=Mood.GRAY,
+            language=language,
+            notes=(
+                Text(
+                    "Nothing to audit: name a file (`ecoguard audit serve.py`) or paste the code "
+                    "that loads and calls the model.",
+                    "没有可审计的内容：写上文件名（`ecoguard audit serve.py`），或粘贴加载和调用模型的代码。",
+                ).get(language),
+            ),
+            extra={"paths": [], "available": True},
+        )
+    findings = [f for f in report.findings if isinstance(f, Finding)]
+    notes: list[str] = []
+    unparsed = bool(report.problems) and not findings
+    if unparsed:
+        notes.append(
+            Text(
+                "The code did not parse as Python, so nothing in it was judged: "
+                + "; ".join(getattr(p, "message", str(p)) for p in report.problems[:2]),
+                "这段代码无法按 Python 解析，因此没有做任何判断："
+                + "；".join(getattr(p, "message", str(p)) for p in report.problems[:2]),
+            ).get(language)
+        )
+    if findings:
+        mood = Mood.worst(f.mood for f in findings)
+    else:
+        mood = Mood.GRAY if unparsed else Mood.GREEN
+    evidence = [row for f in findings for row in f.evidence]
+    sources, _tiers = cite(evidence)
+    payload = report.to_dict() if hasattr(report, "to_dict") else None
+    return AdvisorResult(
+        protocol="audit",
+        mood=mood,
+        language=language,
+        findings=tuple(findings),
+        tier=weakest_tier(f.impact.tier for f in findings if f.impact) if findings else "none",
+        sources=sources,
+        evidence=tuple(dict.fromkeys(evidence)),
+        notes=tuple(notes),
+        extra={
+            "paths": list(paths) if not code else [],
+            "code_lines": len(code.splitlines()) if code else 0,
+            "available": True,
+            "audit": payload,
+        },
+    )

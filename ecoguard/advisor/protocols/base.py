@@ -1,0 +1,298 @@
+"""What every protocol shares: the result record, batch sizes per use, precision records,
+citations, money and everyday equivalents."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ecoguard.advisor.estimates import (
+    knowledge_module,
+)
+from ecoguard.advisor.serving import BatchingAdvice
+from ecoguard.advisor.texts import Text
+from ecoguard.deployment import Deployment, QuantSpec
+from ecoguard.faults import record_fault
+from ecoguard.findings import Finding, Mood
+
+# Batch sizes tried per use. Chat is interactive (one user waits on one stream); an API can
+# coalesce concurrent requests; an offline batch job can fill the GPU. Reference rows stop at 64.
+BATCH_SIZES_BY_USE: dict[str, tuple[int, ...]] = {
+    "chat": (1,),
+    "api": (1, 4, 8, 16),
+    "batch": (1, 4, 8, 16, 32, 64),
+}
+
+
+# Two energies within this fraction are treated as a tie (the measured run-to-run spread of the
+# reference rows is a few percent); ties go to the configuration that keeps FP16/BF16 outputs.
+TIE_FRACTION = 0.05
+
+
+UNQUANTIZED = ("fp16", "bf16", "fp32")
+
+
+MAX_REFERENCE_BATCH = 64
+
+
+def use_for_batch_size(batch_size: int | None) -> str:
+    """The use assumed when a question states none: a served API (requests from many users,
+    which the coalescing batcher can merge), or a batch job when the batch size is past what an
+    API batches. Chat (one interactive user, batch size 1) is never assumed: it must be said."""
+    return "api" if (batch_size or 1) <= max(BATCH_SIZES_BY_USE["api"]) else "batch"
+
+
+@dataclass(frozen=True, slots=True)
+class AdvisorResult:
+    """What one protocol found. ``rows`` are the table rows shown (dicts of plain values, each
+    figure with a tier); ``evidence`` are reference row ids behind the figures; ``current`` and
+    ``optimized`` are estimator dicts side by side where a protocol has them."""
+
+    protocol: str
+    mood: Mood
+    language: str = "en"
+    deployment: Deployment | None = None
+    findings: tuple[Finding, ...] = ()
+    recommendation: dict[str, Any] | None = None
+    rows: tuple[dict[str, Any], ...] = ()
+    tier: str = "none"
+    sources: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    current: dict[str, Any] | None = None
+    optimized: dict[str, Any] | None = None
+    money: dict[str, Any] | None = None
+    equivalents: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    out_of_data: tuple[dict[str, str], ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+    batching: BatchingAdvice | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "protocol": self.protocol,
+            "mood": self.mood.value,
+            "language": self.language,
+            "findings": [f.to_dict() for f in self.findings],
+            "recommendation": self.recommendation,
+            "rows": [dict(r) for r in self.rows],
+            "tier": self.tier,
+            "sources": list(self.sources),
+            "evidence": list(self.evidence),
+            "current": self.current,
+            "optimized": self.optimized,
+            "money": self.money,
+            "equivalents": list(self.equivalents),
+            "notes": list(self.notes),
+            "out_of_data": [dict(o) for o in self.out_of_data],
+        }
+        if self.deployment is not None:
+            out["deployment"] = deployment_dict(self.deployment)
+        if self.batching is not None:
+            out["batching"] = self.batching.to_dict()
+        out.update(self.extra)
+        return out
+
+
+def deployment_dict(deployment: Deployment) -> dict[str, Any]:
+    return {
+        "model": deployment.model.id,
+        "params_b": deployment.model.params_b,
+        "gpu": deployment.gpu.profile,
+        "gpu_name": deployment.gpu.name,
+        "architecture": deployment.gpu.architecture,
+        "precision": deployment.precision,
+        "batch_size": deployment.batch_size,
+        "prompt_tokens": deployment.prompt_tokens,
+        "generation_tokens": deployment.generation_tokens,
+        "use": deployment.use,
+    }
+
+
+def with_precision(
+    deployment: Deployment, precision: str, *, compiled: bool | None = None
+) -> Deployment:
+    """The deployment loaded at another precision, with the quantization record a loader would
+    build for it (bitsandbytes for NF4/INT8, torchao for FP8)."""
+    quant = QuantSpec()
+    dtype: str | None = precision if precision in UNQUANTIZED else "fp16"
+    if precision in ("nf4", "nf4_dq"):
+        quant = QuantSpec(
+            method="bitsandbytes",
+            bits=4,
+            quant_type="nf4",
+            double_quant=precision == "nf4_dq",
+            compute_dtype="fp16",
+        )
+    elif precision in ("int8_mixed", "int8_pure"):
+        quant = QuantSpec(
+            method="bitsandbytes",
+            bits=8,
+            quant_type="int8",
+            int8_threshold=0.0 if precision == "int8_pure" else 6.0,
+        )
+    elif precision in ("fp8_weight_only", "fp8_dynamic"):
+        quant = QuantSpec(
+            method="torchao",
+            bits=8,
+            quant_type="float8_weight_only" if precision == "fp8_weight_only" else "float8_dynamic",
+            compiled=compiled,
+        )
+        dtype = "bf16"
+    return deployment.with_(precision=precision, quant=quant, dtype=dtype)
+
+
+def row_lookup() -> dict[str, Any]:
+    try:
+        return {row.id: row for row in knowledge_module().reference_rows()}
+    except Exception as exc:
+        record_fault("advisor.rows", exc)
+        return {}
+
+
+def cite(
+    row_ids: Iterable[str], extra_sources: Iterable[str] = ()
+) -> tuple[tuple[str, ...], dict[str, int]]:
+    """Sources and a tier count for the reference rows actually used."""
+    lookup = row_lookup()
+    sources: list[str] = []
+    tiers: dict[str, int] = {}
+    for row_id in dict.fromkeys(row_ids):
+        row = lookup.get(row_id)
+        if row is None:
+            continue
+        tiers[row.tier] = tiers.get(row.tier, 0) + 1
+        if row.source not in sources:
+            sources.append(row.source)
+    for src in extra_sources:
+        if src and src not in sources:
+            sources.append(src)
+    return tuple(sources), tiers
+
+
+# The answer speaks the question's language; the knowledge table's labels are English.
+_EQUIVALENT_LABELS_ZH = {
+    "car_km": "公里（普通乘用车行驶里程）",
+    "phone_charges": "次智能手机充满电",
+    "led_hours": "小时（10 W LED 灯泡）",
+}
+
+
+def equivalents(
+    energy_kwh: float | None, co2_kg: float | None, language: str = "en"
+) -> tuple[str, ...]:
+    if not energy_kwh or co2_kg is None:
+        return ()
+    try:
+        items = knowledge_module().equivalents(energy_kwh, co2_kg)
+    except Exception as exc:
+        record_fault("advisor.equivalents", exc)
+        return ()
+    out = []
+    for item in items[:2]:
+        value, label = getattr(item, "value", None), getattr(item, "label", None)
+        if language == "zh":
+            label = _EQUIVALENT_LABELS_ZH.get(getattr(item, "key", ""), label)
+        if isinstance(value, (int, float)) and label:
+            out.append(f"{value:,.1f} {label}" if value < 10 else f"{value:,.0f} {label}")
+        else:
+            out.append(str(item))
+    return tuple(out)
+
+
+def monthly_of(est_dict: dict[str, Any]) -> dict[str, Any]:
+    return est_dict.get("monthly") or {}
+
+
+def figure(est_dict: dict[str, Any], key: str) -> float | None:
+    value = est_dict.get(key)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def money_for(
+    est_dict: dict[str, Any],
+    *,
+    currency: str = "USD",
+    cny_per_usd: float | None = None,
+    price_per_kwh: float | None = None,
+    price_currency: str | None = None,
+    language: str = "en",
+) -> dict[str, Any]:
+    """Cost of the estimate's monthly volume in USD and, when it can be known, CNY."""
+    monthly = monthly_of(est_dict)
+    kwh = monthly.get("energy_kwh")
+    usd = monthly.get("cost_usd")
+    cny: float | None = None
+    notes: list[str] = []
+    local: float | None = None
+    if kwh is not None and price_per_kwh is not None and price_currency == "CNY":
+        cny = kwh * price_per_kwh
+        usd = cny / cny_per_usd if cny_per_usd else None
+    elif kwh is not None and price_per_kwh is not None and price_currency not in (None, "USD"):
+        # A price in another currency (EUR, GBP...): the cost in that currency, and no USD
+        # figure, since no exchange rate is known.
+        local, usd = kwh * price_per_kwh, None
+        currency = price_currency
+        notes.append(
+            Text(
+                f"Priced at {price_per_kwh:g} {price_currency}/kWh as given; no USD figure "
+                "(no exchange rate).",
+                f"按给出的 {price_per_kwh:g} {price_currency}/kWh 计价；没有汇率，不显示美元。",
+            ).get(language)
+        )
+    elif usd is not None and cny_per_usd:
+        cny = usd * cny_per_usd
+    if currency == "CNY" and cny is None:
+        notes.append(
+            Text(
+                "No exchange rate given, so costs are in USD; add e.g. 'rate 7.2' to see CNY.",
+                "未给出汇率，费用以美元显示；加上如“汇率 7.2”即可换算成人民币。",
+            ).get(language)
+        )
+    return {
+        "requests": monthly.get("requests"),
+        "energy_kwh": kwh,
+        "energy_kwh_range": monthly.get("energy_kwh_range"),
+        "cost_usd": usd,
+        "cost_usd_range": monthly.get("cost_usd_range") if usd == monthly.get("cost_usd") else None,
+        "co2_kg_range": monthly.get("co2_kg_range"),
+        "cost_cny": cny,
+        "cost_local": local,
+        "co2_kg": monthly.get("co2_kg"),
+        "currency": currency if (currency != "CNY" or cny is not None) else "USD",
+        "cny_per_usd": cny_per_usd,
+        "notes": notes,
+    }
+
+
+def plural(count: int, word: str) -> str:
+    return word if count == 1 else word + "s"
+
+
+def uncertain_reason(quantized: dict[str, Any], ref: dict[str, Any], language: str) -> str:
+    """Why a lower quantized figure is not recommended: its range and paired deltas."""
+    q_est, r_est = quantized["estimate"], ref["estimate"]
+    q_range = q_est.get("energy_per_1k_tokens_j_range") or [None, None]
+    r_range = r_est.get("energy_per_1k_tokens_j_range") or [None, None]
+    pairs = [p["delta_pct"] for p in q_est.get("paired_deltas") or () if isinstance(p, dict)]
+    pair_text = ", ".join(f"{p:+.1f}%" for p in pairs)
+
+    def rng(bounds: list[Any]) -> str:
+        return "-" if None in bounds else f"{bounds[0]:,.0f}-{bounds[1]:,.0f}"
+
+    en = (
+        f"{quantized['precision']} BS{quantized['batch_size']} looks lower "
+        f"({quantized['energy_per_1k_tokens_j']:,.0f} J/1k, range {rng(q_range)}) but the saving "
+        f"does not hold across the experiments ({ref['precision']} range {rng(r_range)}"
+        + (f"; same-session deltas vs FP16: {pair_text}" if pairs else "")
+        + "), and quantizing changes outputs: the unquantized configuration is recommended"
+    )
+    zh = (
+        f"{quantized['precision']} 批大小 {quantized['batch_size']} 看起来更低"
+        f"（{quantized['energy_per_1k_tokens_j']:,.0f} J/1k，区间 {rng(q_range)}），但在各次实验中"
+        f"节能并不稳定（{ref['precision']} 区间 {rng(r_range)}"
+        + (f"；同一会话相对 FP16 的变化：{pair_text}" if pairs else "")
+        + "），而且量化会改变输出：推荐不量化的配置"
+    )
+    return Text(en, zh).get(language)

@@ -1,0 +1,311 @@
+"""optimize: the recommended precision and batch size for a model, a GPU and a use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ecoguard.advisor.estimates import (
+    estimate_dict,
+    run_estimate,
+    run_rules,
+)
+from ecoguard.advisor.protocols.base import (
+    BATCH_SIZES_BY_USE,
+    MAX_REFERENCE_BATCH,
+    TIE_FRACTION,
+    UNQUANTIZED,
+    AdvisorResult,
+    cite,
+    equivalents,
+    figure,
+    monthly_of,
+    plural,
+    uncertain_reason,
+    use_for_batch_size,
+    with_precision,
+)
+from ecoguard.advisor.serving import batching_advice, batching_finding
+from ecoguard.advisor.texts import Text
+from ecoguard.advisor.uncertainty import quantization_holds
+from ecoguard.config import Settings
+from ecoguard.deployment import PRECISIONS, Deployment
+from ecoguard.errors import UsageError
+from ecoguard.findings import TIER_STRENGTH, Finding, Mood, weakest_tier
+
+
+def _blocking(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings that rule a candidate out: a trap (orange) or waste (red). batch-size-one is a
+    serving pattern, not a property of the configuration, and is not counted here."""
+    return [f for f in findings if f.mood.rank >= Mood.ORANGE.rank and f.rule != "batch-size-one"]
+
+
+def optimize(
+    deployment: Deployment,
+    *,
+    use: str | None = None,
+    settings: Settings | None = None,
+    requests_per_month: int | None = None,
+    language: str = "en",
+    precisions: Sequence[str] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    max_batch: int | None = None,
+    serving: bool | None = None,
+    concurrency: int | None = None,
+    hours_per_day: float | None = None,
+    usd: bool = True,
+) -> AdvisorResult:
+    """Recommended precision and batch size for a model on a GPU and a use (chat, api, batch).
+
+    Every candidate (precision x batch size allowed by the use, plus the current batch size) is
+    estimated; candidates the rules flag as traps, that do not fit in VRAM, or that have no data
+    are dropped. A quantized candidate (outputs change) may win only when its saving holds across
+    the experiments' spread (``serving.quantization_holds``). The lowest energy per 1k tokens
+    wins, with near-ties (within 5%) going to FP16/BF16, then the stronger data tier, then a batch
+    no smaller than the current one. ``max_batch``: a chat served to several users at once may
+    batch them up to this size (the coalescing batcher). A batch smaller than the current one is
+    recommended only with its cost and the reason stated. A served use (``serving``; default:
+    an API) or a batch job gets batching advice (``result.batching``) and, when batching would
+    save 5% or more, a ``batch-size-one`` finding."""
+    settings = settings or Settings()
+    use = use or deployment.use or use_for_batch_size(deployment.batch_size)
+    if use not in BATCH_SIZES_BY_USE:
+        raise UsageError(f"unknown use {use!r}; accepted: chat, api, batch")
+    if deployment.model.params_b is None and deployment.model.id is None:
+        raise UsageError("optimize needs a model (an id like Qwen2.5-3B or a size like 3B)")
+    sizes = tuple(batch_sizes or BATCH_SIZES_BY_USE[use])
+    if max_batch is not None and not batch_sizes:
+        # A served deployment batches only as far as its requests overlap.
+        grid = sorted(set(BATCH_SIZES_BY_USE["api"]) | {max_batch})
+        sizes = tuple(b for b in grid if b <= max_batch)
+    current_batch = deployment.batch_size or 1
+    if not batch_sizes and current_batch not in sizes and current_batch <= MAX_REFERENCE_BATCH:
+        sizes = tuple(sorted({*sizes, current_batch}))
+    current_dep = deployment.with_(
+        precision=deployment.precision or "fp16", batch_size=deployment.batch_size or 1, use=use
+    )
+    if deployment.precision is None:
+        current_dep = with_precision(current_dep, "fp16")
+    current_est = estimate_dict(run_estimate(current_dep, settings, requests_per_month))
+    current_findings = run_rules(current_dep, settings)
+    vram_limit = deployment.gpu.vram_gb
+    candidates: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    for precision in precisions or PRECISIONS:
+        for batch in sizes:
+            dep = with_precision(current_dep, precision).with_(batch_size=batch)
+            est = estimate_dict(run_estimate(dep, settings, requests_per_month))
+            energy = figure(est, "energy_per_1k_tokens_j")
+            entry = {
+                "precision": precision,
+                "batch_size": batch,
+                "energy_per_1k_tokens_j": energy,
+                "throughput_tok_s": figure(est, "throughput_tok_s"),
+                "latency_s": figure(est, "latency_s"),
+                "vram_gb": figure(est, "vram_gb"),
+                "cost_usd_per_month": monthly_of(est).get("cost_usd"),
+                "tier": est.get("tier", "none"),
+                "rows": list(est.get("rows") or ()),
+                "sources": list(est.get("sources") or ()),
+                "estimate": est,
+            }
+            if energy is None:
+                continue  # nothing supports this cell; it is not a candidate
+            blocking = _blocking(run_rules(dep, settings))
+            vram = entry["vram_gb"]
+            if blocking:
+                entry["rejected_by"] = [f.rule for f in blocking]
+                rejected.append(entry)
+            elif vram_limit and vram and vram > vram_limit:
+                entry["rejected_by"] = ["vram-overflow"]
+                rejected.append(entry)
+            else:
+                candidates.append(entry)
+    if not candidates:
+        mood = Mood.GRAY
+        return AdvisorResult(
+            protocol="optimize",
+            mood=mood,
+            language=language,
+            deployment=current_dep,
+            findings=tuple(current_findings),
+            current=current_est,
+            rows=tuple(_public(c) for c in rejected),
+            notes=(
+                Text(
+                    "No configuration of this model on this GPU has data that passes the rules.",
+                    "该模型在此 GPU 上没有通过规则检查且有数据支撑的配置。",
+                ).get(language),
+            ),
+            extra={"use": use},
+        )
+    # Quantizing changes outputs: it may win only when its saving holds across the range the
+    # experiments span (the unquantized FP16 cell at the same batch size is the reference).
+    fp16_at = {c["batch_size"]: c for c in candidates if c["precision"] == "fp16"}
+    for cand in candidates:
+        ref = fp16_at.get(cand["batch_size"])
+        cand["holds"] = (
+            cand["precision"] in UNQUANTIZED
+            or ref is None
+            or quantization_holds(cand["estimate"], ref["estimate"])
+        )
+    eligible = [c for c in candidates if c["holds"]] or candidates
+    lowest = min(candidates, key=lambda c: c["energy_per_1k_tokens_j"])
+    best_energy = min(c["energy_per_1k_tokens_j"] for c in eligible)
+    near = [c for c in eligible if c["energy_per_1k_tokens_j"] <= best_energy * (1 + TIE_FRACTION)]
+    chosen = min(
+        near,
+        key=lambda c: (
+            0 if c["precision"] in UNQUANTIZED else 1,
+            -TIER_STRENGTH.get(c["tier"], 0),
+            c["batch_size"] < current_dep.batch_size,
+            c["batch_size"],
+            c["energy_per_1k_tokens_j"],
+        ),
+    )
+    ranked = sorted(candidates, key=lambda c: c["energy_per_1k_tokens_j"])
+    for rank, cand in enumerate(ranked, start=1):
+        cand["rank"] = rank
+    current_energy = figure(current_est, "energy_per_1k_tokens_j")
+    chosen_cost = chosen["cost_usd_per_month"]
+    current_cost = monthly_of(current_est).get("cost_usd")
+    saving_pct = (
+        round((1 - chosen["energy_per_1k_tokens_j"] / current_energy) * 100.0, 1)
+        if current_energy
+        else None
+    )
+    saving_usd = (
+        round(current_cost - chosen_cost, 2)
+        if current_cost is not None and chosen_cost is not None
+        else None
+    )
+    n_cand, n_out = len(candidates), len(rejected)
+    reasons = [
+        Text(
+            f"lowest energy per 1k tokens among {n_cand} {plural(n_cand, 'candidate')} that "
+            f"{'passes' if n_cand == 1 else 'pass'} the rules ({n_out} ruled out as "
+            f"{plural(n_out, 'trap')})",
+            f"在 {n_cand} 个通过规则检查的候选中每千 token 能耗最低（{n_out} 个因陷阱被排除）",
+        ).get(language)
+    ]
+    if lowest is not chosen and not lowest["holds"]:
+        ref = fp16_at.get(lowest["batch_size"]) or chosen
+        reasons.append(uncertain_reason(lowest, ref, language))
+    if chosen["energy_per_1k_tokens_j"] > best_energy:
+        reasons.append(
+            Text(
+                "within 5% of the lowest, and keeps unquantized outputs",
+                "与最低值相差不到 5%，且不改变模型输出（不量化）",
+            ).get(language)
+        )
+    if chosen["batch_size"] < current_dep.batch_size and current_energy:
+        cost_pct = (chosen["energy_per_1k_tokens_j"] / current_energy - 1.0) * 100.0
+        why = _smaller_batch_why(current_dep, candidates, rejected, use, language)
+        reasons.append(
+            Text(
+                f"batch size {chosen['batch_size']} is smaller than your current "
+                f"{current_dep.batch_size}: it costs {cost_pct:+.1f}% energy per token "
+                f"({chosen['energy_per_1k_tokens_j'] / current_energy:.1f}x); {why}",
+                f"批大小 {chosen['batch_size']} 比你当前的 {current_dep.batch_size} 小："
+                f"每 token 能耗 {cost_pct:+.1f}%（{chosen['energy_per_1k_tokens_j'] / current_energy:.1f} 倍）；{why}",
+            ).get(language)
+        )
+    if use == "chat" and chosen["batch_size"] == 1 and max(sizes) == 1:
+        reasons.append(
+            Text(
+                "chat is interactive and no concurrent users are stated: batch size 1",
+                "聊天是交互式的，且没有说明并发用户：批大小 1",
+            ).get(language)
+        )
+    recommendation = {
+        "precision": chosen["precision"],
+        "batch_size": chosen["batch_size"],
+        "use": use,
+        "energy_per_1k_tokens_j": chosen["energy_per_1k_tokens_j"],
+        "throughput_tok_s": chosen["throughput_tok_s"],
+        "cost_usd_per_month": chosen_cost,
+        "saving_pct": saving_pct,
+        "saving_usd_per_month": saving_usd,
+        "tier": chosen["tier"],
+        "changes_outputs": chosen["precision"] not in UNQUANTIZED,
+        "energy_per_1k_tokens_j_range": chosen["estimate"].get("energy_per_1k_tokens_j_range"),
+        "paired_deltas": list(chosen["estimate"].get("paired_deltas") or ()),
+        "reasons": reasons,
+    }
+    if (
+        chosen["precision"] == current_dep.precision
+        and chosen["batch_size"] == current_dep.batch_size
+    ):
+        mood = Mood.GREEN
+    elif current_findings:
+        mood = Mood.worst(f.mood for f in current_findings)
+    elif saving_pct is not None and saving_pct > TIE_FRACTION * 100:
+        mood = Mood.YELLOW
+    else:
+        mood = Mood.GREEN
+    advice = batching_advice(
+        current_dep,
+        settings=settings,
+        requests_per_month=requests_per_month or settings.monthly_requests,
+        use=use,
+        serving=use == "api" if serving is None else serving,
+        concurrency=concurrency,
+        hours_per_day=hours_per_day,
+        target_batch=chosen["batch_size"],
+    )
+    finding = batching_finding(advice, language, usd=usd)
+    findings = tuple(current_findings)
+    if finding is not None and not any(f.rule == finding.rule for f in findings):
+        findings = (*findings, finding)
+        mood = Mood.worst([mood, Mood.YELLOW])
+    evidence = list(current_est.get("rows") or ()) + chosen["rows"]
+    for cand in ranked[:6]:
+        evidence.extend(cand["rows"])
+    sources, _tiers = cite(evidence, list(current_est.get("sources") or ()) + chosen["sources"])
+    money = monthly_of(chosen["estimate"])
+    return AdvisorResult(
+        protocol="optimize",
+        mood=mood,
+        language=language,
+        deployment=current_dep,
+        findings=findings,
+        recommendation=recommendation,
+        rows=tuple(_public(c) for c in ranked),
+        tier=weakest_tier((chosen["tier"], current_est.get("tier", "none"))),
+        sources=sources,
+        evidence=tuple(dict.fromkeys(evidence)),
+        current=current_est,
+        optimized=chosen["estimate"],
+        equivalents=equivalents(money.get("energy_kwh"), money.get("co2_kg"), language),
+        extra={"use": use, "rejected": [_public(r) for r in rejected]},
+        batching=advice,
+    )
+
+
+def _smaller_batch_why(
+    current: Deployment,
+    candidates: list[dict[str, Any]],
+    rejected: list[dict[str, Any]],
+    use: str,
+    language: str,
+) -> str:
+    at_current = [r for r in rejected if r["batch_size"] == current.batch_size]
+    if at_current:
+        rules = sorted({rule for r in at_current for rule in r["rejected_by"]})
+        return Text(
+            f"at batch size {current.batch_size} every configuration is ruled out ({', '.join(rules)})",
+            f"批大小 {current.batch_size} 下所有配置都被排除（{'、'.join(rules)}）",
+        ).get(language)
+    if not any(c["batch_size"] == current.batch_size for c in candidates):
+        return Text(
+            f"no reference data supports batch size {current.batch_size} for a {use} use",
+            f"没有参考数据支撑 {use} 用途下的批大小 {current.batch_size}",
+        ).get(language)
+    return Text(
+        "within 5% of the lowest energy, at a shorter wait per request",
+        "与最低能耗相差不到 5%，且每次请求等待更短",
+    ).get(language)
+
+
+def _public(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k not in ("estimate", "sources")}
