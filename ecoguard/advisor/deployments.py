@@ -1,0 +1,448 @@
+"""From a parsed question (or CLI flags) to a Deployment: names resolved against the knowledge
+tables (an NVIDIA card outside the table answered as its nearest profile), the stated defaults
+for what is missing (each listed with how to change it), the settings the question implies
+(region, a local machine's PUE, the electricity price), the monthly volume, and the honesty notes
+where the publisher's prose and the measured rows disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ecoguard.advisor import protocols
+from ecoguard.advisor.accelerators import (
+    NearestProfile,
+    card_spec,
+    nearest_profile,
+)
+from ecoguard.advisor.extract import LOCAL_PUE
+from ecoguard.advisor.parse import ParsedQuestion
+from ecoguard.advisor.texts import Text
+from ecoguard.advisor.volume import Conversion
+from ecoguard.config import Settings
+from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
+from ecoguard.errors import UnknownGpuError
+
+DEFAULT_GPU = "rtx4090d"
+
+
+DEFAULT_PRECISION = "fp16"
+
+
+DEFAULT_BATCH_SIZE = 1
+
+
+DEFAULT_PROMPT_TOKENS = 512
+
+
+DEFAULT_GENERATION_TOKENS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Default:
+    """A fact the question did not give, the value used, and how to change it."""
+
+    field: str
+    value: object
+    how: Text
+
+    def to_dict(self) -> dict[str, object]:
+        return {"field": self.field, "value": self.value, "how_to_change": self.how.en}
+
+
+@dataclass(frozen=True, slots=True)
+class HonestyNote:
+    """Where the publisher's prose and the measured rows disagree: both figures, each with its
+    tier. ``measured``/``published`` are a number, a [low, high] range, or (published) words."""
+
+    topic: Text
+    measured: float | list[float]
+    measured_tier: str
+    published: float | list[float] | Text
+    published_tier: str
+    unit: Text
+    sources: tuple[str, ...] = ()
+    method: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "topic": self.topic.en,
+            "measured": self.measured,
+            "measured_tier": self.measured_tier,
+            "published": self.published.en if isinstance(self.published, Text) else self.published,
+            "published_tier": self.published_tier,
+            "unit": self.unit.en,
+            "sources": list(self.sources),
+        }
+        if self.method is not None:
+            out["method"] = self.method
+        return out
+
+
+def resolve_gpu_spec(name: str) -> GpuSpec:
+    return resolve_gpu_match(name)[0]
+
+
+def resolve_gpu_match(name: str) -> tuple[GpuSpec, NearestProfile | None]:
+    """The GPU's spec; an NVIDIA card outside the table is answered with the nearest profile
+    (and its own VRAM), with the match returned so the answer can say why."""
+    from ecoguard.knowledge import gpu_profiles, reference_rows, resolve_gpu
+
+    try:
+        profile = resolve_gpu(name)
+    except UnknownGpuError:
+        card = card_spec(name)
+        if card is None:
+            raise
+        # Within the card's architecture any table profile will do (the estimator carries its
+        # figures there with its fitted factor); across architectures, only one with rows.
+        with_data = {row.gpu for row in reference_rows() if row.tier in ("measured", "reported")}
+        same_arch = {k for k, p in gpu_profiles().items() if p.architecture == card.architecture}
+        match = nearest_profile(card, gpu_profiles(), same_arch or with_data)
+        profile = gpu_profiles()[match.profile_key]
+        spec = GpuSpec(
+            profile=profile.key,
+            name=card.name,
+            architecture=card.architecture,
+            compute_capability=card.compute_capability,
+            vram_gb=card.vram_gb,
+        )
+        return spec, match
+    return (
+        GpuSpec(
+            profile=profile.key,
+            name=profile.name,
+            architecture=profile.architecture,
+            compute_capability=tuple(profile.compute_capability),  # type: ignore[arg-type]
+            vram_gb=profile.vram_gb,
+        ),
+        None,
+    )
+
+
+def resolve_model_spec(text: str) -> ModelSpec:
+    from ecoguard.knowledge import resolve_model
+
+    info = resolve_model(text)
+    return info.to_model_spec()
+
+
+def build_deployment(
+    *,
+    model: str | None,
+    gpu: str | None,
+    precision: str | None,
+    batch_size: int | None,
+    prompt_tokens: int | None,
+    generation_tokens: int | None,
+    use: str | None,
+    compiled: bool | None = None,
+    int8_threshold: float | None = None,
+    fill_precision: bool = True,
+) -> tuple[Deployment, list[Default]]:
+    """A validated Deployment with defaults for what is missing (each one listed)."""
+    defaults: list[Default] = []
+    if gpu is None:
+        gpu = DEFAULT_GPU
+        defaults.append(
+            Default(
+                "gpu",
+                DEFAULT_GPU,
+                Text(
+                    "name a GPU, e.g. 'on an A800' or --gpu a800",
+                    "在问题里写上 GPU，例如“在 A800 上”，或用 --gpu a800",
+                ),
+            )
+        )
+    gpu_spec = resolve_gpu_spec(gpu)
+    model_spec = resolve_model_spec(model) if model else ModelSpec()
+    if precision is None and fill_precision:
+        precision = DEFAULT_PRECISION
+        defaults.append(
+            Default(
+                "precision",
+                DEFAULT_PRECISION,
+                Text(
+                    "say e.g. 'NF4', 'INT8', 'load_in_8bit=True' or --precision",
+                    "写明精度，例如 NF4、INT8、load_in_8bit=True，或用 --precision",
+                ),
+            )
+        )
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH_SIZE
+        defaults.append(
+            Default(
+                "batch_size",
+                DEFAULT_BATCH_SIZE,
+                Text(
+                    "say e.g. 'batch size 8' or --batch-size 8",
+                    "写明批大小，例如“批大小 8”，或用 --batch-size 8",
+                ),
+            )
+        )
+    if prompt_tokens is None:
+        prompt_tokens = DEFAULT_PROMPT_TOKENS
+        defaults.append(
+            Default(
+                "prompt_tokens",
+                DEFAULT_PROMPT_TOKENS,
+                Text(
+                    "say e.g. '1024 tokens in' or --prompt-tokens",
+                    "写明输入长度，例如“输入 1024”，或用 --prompt-tokens",
+                ),
+            )
+        )
+    if generation_tokens is None:
+        generation_tokens = DEFAULT_GENERATION_TOKENS
+        defaults.append(
+            Default(
+                "generation_tokens",
+                DEFAULT_GENERATION_TOKENS,
+                Text(
+                    "say e.g. '128 tokens out' or --generation-tokens",
+                    "写明输出长度，例如“输出 128”，或用 --generation-tokens",
+                ),
+            )
+        )
+    if use is None:
+        use = protocols.use_for_batch_size(batch_size)
+        defaults.append(
+            Default(
+                "use",
+                use,
+                Text(
+                    "served requests from many users, which can be batched; say 'for chat' (one "
+                    "interactive user), 'for an API' or 'a batch job', or --use chat|api|batch",
+                    "按多用户在线服务计（可合并批处理）；写明“聊天”（单个交互用户）、“API 服务”或“批处理”，"
+                    "或用 --use chat|api|batch",
+                ),
+            )
+        )
+    dep = Deployment(
+        model=model_spec,
+        gpu=gpu_spec,
+        batch_size=batch_size,
+        prompt_tokens=prompt_tokens,
+        generation_tokens=generation_tokens,
+        use=use,
+    )
+    if precision is not None:
+        dep = protocols.with_precision(dep, precision, compiled=compiled)
+        if (
+            int8_threshold is not None
+            and dep.quant.method == "bitsandbytes"
+            and dep.quant.bits == 8
+        ):
+            dep = dep.with_(
+                quant=dep.quant.__class__(
+                    **{**_quant_fields(dep), "int8_threshold": int8_threshold}
+                )
+            )
+    return dep.validate(), defaults
+
+
+def _quant_fields(dep: Deployment) -> dict[str, Any]:
+    q = dep.quant
+    return {name: getattr(q, name) for name in q.__slots__}  # type: ignore[attr-defined]
+
+
+def settings_for(
+    parsed: ParsedQuestion | None, base: Settings | None = None
+) -> tuple[Settings, list[Default]]:
+    """Settings for the question: its region (a Chinese question defaults to China), a local
+    machine's PUE (1.0: no data-centre overhead) and a USD electricity price."""
+    settings = base or Settings()
+    defaults: list[Default] = []
+    if parsed is None:
+        return settings, defaults
+    changes: dict[str, Any] = {}
+    if parsed.region:
+        changes["region"] = parsed.region
+    elif parsed.language == "zh" and settings.region == "us":
+        changes["region"] = "china"
+        defaults.append(
+            Default(
+                "region",
+                "china",
+                Text(
+                    "say 'in the US' (or another region) to change it",
+                    "在问题里写上地区（如“在美国”）即可更改",
+                ),
+            )
+        )
+    if parsed.local and settings.pue is None:
+        changes["pue"] = LOCAL_PUE
+    if parsed.price_per_kwh is not None:
+        if parsed.price_currency == "USD":
+            changes["price_usd_per_kwh"] = parsed.price_per_kwh
+        elif parsed.price_currency == "CNY" and parsed.cny_per_usd:
+            changes["price_usd_per_kwh"] = parsed.price_per_kwh / parsed.cny_per_usd
+    return (settings.with_(**changes) if changes else settings), defaults
+
+
+def honesty_notes(dep: Deployment, precisions: tuple[str, ...]) -> list[HonestyNote]:
+    """Published vs measured figures for the GPU/precisions in play, computed from the data."""
+    from ecoguard.knowledge import crossover, find_rows
+
+    notes: list[HonestyNote] = []
+    arch = dep.gpu.architecture
+    for precision in precisions:
+        if arch and precision in ("nf4", "int8_mixed", "int8_pure"):
+            try:
+                cross = crossover(arch, precision)
+            except Exception:
+                cross = None
+            if (
+                cross is not None
+                and cross.fitted_b is not None
+                and cross.reported_b is not None
+                and abs(cross.fitted_b - cross.reported_b) / cross.reported_b > 0.15
+            ):
+                notes.append(
+                    HonestyNote(
+                        topic=Text(
+                            f"{precision} crossover on {arch}", f"{precision} 在 {arch} 上的交叉点"
+                        ),
+                        measured=cross.fitted_b,
+                        measured_tier=cross.fitted_tier,
+                        published=cross.reported_b,
+                        published_tier=cross.reported_tier,
+                        unit=Text("B params", "十亿参数"),
+                        sources=tuple(list(cross.sources)),
+                        method=cross.method,
+                    )
+                )
+        if dep.gpu.profile and precision not in ("fp16", "bf16", "fp32"):
+            rows = find_rows(gpu=dep.gpu.profile, precision=precision, batch_size=1)
+            measured = [
+                r.delta_vs_fp16_pct
+                for r in rows
+                if r.tier == "measured" and r.delta_vs_fp16_pct is not None
+            ]
+            reported = [
+                r.delta_vs_fp16_pct
+                for r in rows
+                if r.tier == "reported" and r.delta_vs_fp16_pct is not None
+            ]
+            if measured and reported:
+                m_lo, m_hi = min(measured), max(measured)
+                r_lo, r_hi = min(reported), max(reported)
+                if r_hi < m_lo - 5 or r_lo > m_hi + 5:
+                    notes.append(
+                        HonestyNote(
+                            topic=Text(
+                                f"{precision} vs FP16 on {dep.gpu.profile}",
+                                f"{dep.gpu.profile} 上 {precision} 相对 FP16",
+                            ),
+                            measured=[round(m_lo, 1), round(m_hi, 1)],
+                            measured_tier="measured",
+                            published=[round(r_lo, 1), round(r_hi, 1)],
+                            published_tier="reported",
+                            unit=Text("% energy vs FP16", "能耗变化 %"),
+                            sources=tuple(sorted({r.source for r in rows})),
+                        )
+                    )
+            if precision == "int8_pure" and measured and min(measured) > 0:
+                # The publisher's guidance calls pure INT8 a saving on large-memory GPUs; the
+                # measured rows on this GPU all cost more than FP16.
+                notes.append(
+                    HonestyNote(
+                        topic=Text(
+                            f"pure INT8 on {dep.gpu.profile}", f"{dep.gpu.profile} 上的纯 INT8"
+                        ),
+                        measured=[round(min(measured), 1), round(max(measured), 1)],
+                        measured_tier="measured",
+                        published=Text(
+                            "described upstream as an energy saving vs FP16",
+                            "上游资料称其比 FP16 省电",
+                        ),
+                        published_tier="reported",
+                        unit=Text("% energy vs FP16", "相对 FP16 的能耗变化 %"),
+                        sources=tuple(sorted({r.source for r in rows if r.tier == "measured"})),
+                    )
+                )
+    return notes
+
+
+def volume_default(
+    parsed: ParsedQuestion, requests: int | None, settings: Settings
+) -> Default | None:
+    if requests is not None or parsed.protocol not in ("estimate", "optimize", "compare"):
+        return None
+    if parsed.protocol == "compare" and parsed.model is None:
+        return None
+    return volume_default_entry(settings)
+
+
+def volume_default_entry(settings: Settings) -> Default:
+    return Default(
+        "requests_per_month",
+        settings.monthly_requests,
+        Text(
+            "say e.g. '1M requests a month', '100 requests per second', '10,000 users a day' or "
+            "--requests-per-month",
+            "写明用量，例如“每月 100 万次请求”“每秒 100 次请求”“每天 1 万用户”，或用 --requests-per-month",
+        ),
+    )
+
+
+def monthly_requests(
+    parsed: ParsedQuestion, dep: Deployment, settings: Settings
+) -> tuple[int | None, list[Conversion]]:
+    """Monthly requests from what the question gave: a request count, a text volume (tokens /
+    generated tokens per request), or serving hours per day (throughput x hours)."""
+    conversions: list[Conversion] = []
+    if parsed.requests_per_month is not None:
+        return parsed.requests_per_month, conversions
+    gen = dep.generation_tokens or DEFAULT_GENERATION_TOKENS
+    if parsed.total_tokens is not None:
+        requests = max(1, math.ceil(parsed.total_tokens / gen))
+        monthly = parsed.tokens_period == "month"
+        conversions.append(
+            Conversion.of(
+                "requests",
+                f"{parsed.total_tokens:,} {'token' if parsed.total_tokens == 1 else 'tokens'}"
+                + (" a month" if monthly else ""),
+                requests,
+                f"/ {gen} generated {'token' if gen == 1 else 'tokens'} per request"
+                + ("" if monthly else " (one-off volume, counted as one month)"),
+                f"按每次请求生成 {gen} 个 token 计"
+                + ("" if monthly else "；一次性用量，按一个月计"),
+                source_zh=f"{'每月 ' if monthly else ''}{parsed.total_tokens:,} 个 token",
+            )
+        )
+        return requests, conversions
+    if parsed.hours_per_day is not None:
+        est = protocols.estimate_dict(protocols.run_estimate(dep, settings, None))
+        tput = protocols.figure(est, "throughput_tok_s")
+        if tput:
+            requests = int(parsed.hours_per_day * 3600 * 30 * tput / gen)
+            conversions.append(
+                Conversion.of(
+                    "requests",
+                    f"{parsed.hours_per_day:g} h/day",
+                    requests,
+                    f"{parsed.hours_per_day:g} h x 3600 s x 30 days x {tput:.1f} tok/s "
+                    f"({est.get('tier')}) / {gen} tokens per request",
+                    f"{parsed.hours_per_day:g} 小时 x 3600 秒 x 30 天 x {tput:.1f} tok/s"
+                    f"（{est.get('tier')}）÷ 每次请求 {gen} 个 token",
+                    source_zh=f"每天 {parsed.hours_per_day:g} 小时",
+                )
+            )
+            return requests, conversions
+    return None, conversions
+
+
+def settings_used_for(settings: Settings, parsed: ParsedQuestion | None) -> dict[str, Any]:
+    used: dict[str, Any] = {
+        "region": settings.region,
+        "price_usd_per_kwh": settings.price_usd_per_kwh,
+    }
+    if settings.pue is not None:
+        used["pue"] = settings.pue
+    if parsed is not None and parsed.price_per_kwh is not None:
+        used["price_per_kwh"] = parsed.price_per_kwh
+        used["price_currency"] = parsed.price_currency
+    return used
