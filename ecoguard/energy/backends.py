@@ -339,7 +339,8 @@ class SimulatedWork:
     that generates ``tokens`` (counted over all sequences) at batch size ``B`` takes
     ``tokens / (tokens_per_s x speedup(B))`` seconds of GPU time; the speedup is interpolated
     in log2(batch) between measured sizes and held at the largest one beyond it. Prefill and
-    the model's size are not modelled: every model runs at the GPU's reference throughput."""
+    the model's size and precision are not modelled: every model and precision runs at the
+    GPU's reference throughput."""
 
     tokens_per_s: float
     batch_speedup: tuple[tuple[int, float], ...] = ()
@@ -480,7 +481,7 @@ class SimulatedBackend:
             return f"{power}; calls last as long as they take on this machine"
         return (
             f"{power}; {self.work.describe()}; a call lasts that GPU time, not this machine's "
-            "(prefill and model size not modelled)"
+            "(prefill, model size and precision not modelled)"
         )
 
     def rearm_in_child(self) -> None:
