@@ -73,14 +73,7 @@ def optimize(
         raise UsageError(f"unknown use {use!r}; accepted: chat, api, batch")
     if deployment.model.params_b is None and deployment.model.id is None:
         raise UsageError("optimize needs a model (an id like Qwen2.5-3B or a size like 3B)")
-    sizes = tuple(batch_sizes or BATCH_SIZES_BY_USE[use])
-    if max_batch is not None and not batch_sizes:
-        # A served deployment batches only as far as its requests overlap.
-        grid = sorted(set(BATCH_SIZES_BY_USE["api"]) | {max_batch})
-        sizes = tuple(b for b in grid if b <= max_batch)
-    current_batch = deployment.batch_size or 1
-    if not batch_sizes and current_batch not in sizes and current_batch <= MAX_REFERENCE_BATCH:
-        sizes = tuple(sorted({*sizes, current_batch}))
+    sizes = _batch_sizes(deployment, use, batch_sizes, max_batch)
     current_dep = deployment.with_(
         precision=deployment.precision or "fp16", batch_size=deployment.batch_size or 1, use=use
     )
@@ -88,44 +81,13 @@ def optimize(
         current_dep = with_precision(current_dep, "fp16")
     current_est = estimate_dict(run_estimate(current_dep, settings, requests_per_month))
     current_findings = run_rules(current_dep, settings)
-    vram_limit = deployment.gpu.vram_gb
-    candidates: list[dict[str, Any]] = []
-    rejected: list[dict[str, Any]] = []
-    for precision in precisions or PRECISIONS:
-        for batch in sizes:
-            dep = with_precision(current_dep, precision).with_(batch_size=batch)
-            est = estimate_dict(run_estimate(dep, settings, requests_per_month))
-            energy = figure(est, "energy_per_1k_tokens_j")
-            entry = {
-                "precision": precision,
-                "batch_size": batch,
-                "energy_per_1k_tokens_j": energy,
-                "throughput_tok_s": figure(est, "throughput_tok_s"),
-                "latency_s": figure(est, "latency_s"),
-                "vram_gb": figure(est, "vram_gb"),
-                "cost_usd_per_month": monthly_of(est).get("cost_usd"),
-                "tier": est.get("tier", "none"),
-                "rows": list(est.get("rows") or ()),
-                "sources": list(est.get("sources") or ()),
-                "estimate": est,
-            }
-            if energy is None:
-                continue  # nothing supports this cell; it is not a candidate
-            blocking = _blocking(run_rules(dep, settings))
-            vram = entry["vram_gb"]
-            if blocking:
-                entry["rejected_by"] = [f.rule for f in blocking]
-                rejected.append(entry)
-            elif vram_limit and vram and vram > vram_limit:
-                entry["rejected_by"] = ["vram-overflow"]
-                rejected.append(entry)
-            else:
-                candidates.append(entry)
+    candidates, rejected = _candidates(
+        current_dep, precisions or PRECISIONS, sizes, settings, requests_per_month
+    )
     if not candidates:
-        mood = Mood.GRAY
         return AdvisorResult(
             protocol="optimize",
-            mood=mood,
+            mood=Mood.GRAY,
             language=language,
             deployment=current_dep,
             findings=tuple(current_findings),
@@ -139,35 +101,11 @@ def optimize(
             ),
             extra={"use": use},
         )
-    # Quantizing changes outputs: it may win only when its saving holds across the range the
-    # experiments span (the unquantized FP16 cell at the same batch size is the reference).
-    fp16_at = {c["batch_size"]: c for c in candidates if c["precision"] == "fp16"}
-    for cand in candidates:
-        ref = fp16_at.get(cand["batch_size"])
-        cand["holds"] = (
-            cand["precision"] in UNQUANTIZED
-            or ref is None
-            or quantization_holds(cand["estimate"], ref["estimate"])
-        )
-    eligible = [c for c in candidates if c["holds"]] or candidates
-    lowest = min(candidates, key=lambda c: c["energy_per_1k_tokens_j"])
-    best_energy = min(c["energy_per_1k_tokens_j"] for c in eligible)
-    near = [c for c in eligible if c["energy_per_1k_tokens_j"] <= best_energy * (1 + TIE_FRACTION)]
-    chosen = min(
-        near,
-        key=lambda c: (
-            0 if c["precision"] in UNQUANTIZED else 1,
-            -TIER_STRENGTH.get(c["tier"], 0),
-            c["batch_size"] < current_dep.batch_size,
-            c["batch_size"],
-            c["energy_per_1k_tokens_j"],
-        ),
-    )
+    chosen, lowest, best_energy = _choose(candidates, current_dep.batch_size or 1)
     ranked = sorted(candidates, key=lambda c: c["energy_per_1k_tokens_j"])
     for rank, cand in enumerate(ranked, start=1):
         cand["rank"] = rank
     current_energy = figure(current_est, "energy_per_1k_tokens_j")
-    chosen_cost = chosen["cost_usd_per_month"]
     current_cost = monthly_of(current_est).get("cost_usd")
     saving_pct = (
         round((1 - chosen["energy_per_1k_tokens_j"] / current_energy) * 100.0, 1)
@@ -175,55 +113,21 @@ def optimize(
         else None
     )
     saving_usd = (
-        round(current_cost - chosen_cost, 2)
-        if current_cost is not None and chosen_cost is not None
+        round(current_cost - chosen["cost_usd_per_month"], 2)
+        if current_cost is not None and chosen["cost_usd_per_month"] is not None
         else None
     )
-    n_cand, n_out = len(candidates), len(rejected)
-    reasons = [
-        Text(
-            f"lowest energy per 1k tokens among {n_cand} {plural(n_cand, 'candidate')} that "
-            f"{'passes' if n_cand == 1 else 'pass'} the rules ({n_out} ruled out as "
-            f"{plural(n_out, 'trap')})",
-            f"在 {n_cand} 个通过规则检查的候选中每千 token 能耗最低（{n_out} 个因陷阱被排除）",
-        ).get(language)
-    ]
-    if lowest is not chosen and not lowest["holds"]:
-        ref = fp16_at.get(lowest["batch_size"]) or chosen
-        reasons.append(uncertain_reason(lowest, ref, language))
-    if chosen["energy_per_1k_tokens_j"] > best_energy:
-        reasons.append(
-            Text(
-                "within 5% of the lowest, and keeps unquantized outputs",
-                "与最低值相差不到 5%，且不改变模型输出（不量化）",
-            ).get(language)
-        )
-    if chosen["batch_size"] < current_dep.batch_size and current_energy:
-        cost_pct = (chosen["energy_per_1k_tokens_j"] / current_energy - 1.0) * 100.0
-        why = _smaller_batch_why(current_dep, candidates, rejected, use, language)
-        reasons.append(
-            Text(
-                f"batch size {chosen['batch_size']} is smaller than your current "
-                f"{current_dep.batch_size}: it costs {cost_pct:+.1f}% energy per token "
-                f"({chosen['energy_per_1k_tokens_j'] / current_energy:.1f}x); {why}",
-                f"批大小 {chosen['batch_size']} 比你当前的 {current_dep.batch_size} 小："
-                f"每 token 能耗 {cost_pct:+.1f}%（{chosen['energy_per_1k_tokens_j'] / current_energy:.1f} 倍）；{why}",
-            ).get(language)
-        )
-    if use == "chat" and chosen["batch_size"] == 1 and max(sizes) == 1:
-        reasons.append(
-            Text(
-                "chat is interactive and no concurrent users are stated: batch size 1",
-                "聊天是交互式的，且没有说明并发用户：批大小 1",
-            ).get(language)
-        )
+    reasons = _reasons(
+        chosen, lowest, best_energy, candidates, rejected, current_dep, current_energy, use,
+        sizes, language,
+    )  # fmt: skip
     recommendation = {
         "precision": chosen["precision"],
         "batch_size": chosen["batch_size"],
         "use": use,
         "energy_per_1k_tokens_j": chosen["energy_per_1k_tokens_j"],
         "throughput_tok_s": chosen["throughput_tok_s"],
-        "cost_usd_per_month": chosen_cost,
+        "cost_usd_per_month": chosen["cost_usd_per_month"],
         "saving_pct": saving_pct,
         "saving_usd_per_month": saving_usd,
         "tier": chosen["tier"],
@@ -232,17 +136,7 @@ def optimize(
         "paired_deltas": list(chosen["estimate"].get("paired_deltas") or ()),
         "reasons": reasons,
     }
-    if (
-        chosen["precision"] == current_dep.precision
-        and chosen["batch_size"] == current_dep.batch_size
-    ):
-        mood = Mood.GREEN
-    elif current_findings:
-        mood = Mood.worst(f.mood for f in current_findings)
-    elif saving_pct is not None and saving_pct > TIE_FRACTION * 100:
-        mood = Mood.YELLOW
-    else:
-        mood = Mood.GREEN
+    mood = _mood(chosen, current_dep, current_findings, saving_pct)
     advice = batching_advice(
         current_dep,
         settings=settings,
@@ -282,6 +176,174 @@ def optimize(
     )
 
 
+def _batch_sizes(
+    deployment: Deployment,
+    use: str,
+    batch_sizes: Sequence[int] | None,
+    max_batch: int | None,
+) -> tuple[int, ...]:
+    """The batch sizes tried: the use's grid (a served deployment only as far as its requests
+    overlap, ``max_batch``), plus the current batch size unless the caller fixed the sizes."""
+    if batch_sizes:
+        return tuple(batch_sizes)
+    sizes = BATCH_SIZES_BY_USE[use]
+    if max_batch is not None:
+        grid = sorted(set(BATCH_SIZES_BY_USE["api"]) | {max_batch})
+        sizes = tuple(b for b in grid if b <= max_batch)
+    current = deployment.batch_size or 1
+    if current not in sizes and current <= MAX_REFERENCE_BATCH:
+        sizes = tuple(sorted({*sizes, current}))
+    return tuple(sizes)
+
+
+def _candidates(
+    current: Deployment,
+    precisions: Sequence[str],
+    sizes: Sequence[int],
+    settings: Settings,
+    requests_per_month: int | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every precision x batch size with data: ``(candidates, rejected)``; rejected ones carry
+    the rules (or the VRAM overflow) that ruled them out."""
+    vram_limit = current.gpu.vram_gb
+    candidates: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    for precision in precisions:
+        for batch in sizes:
+            dep = with_precision(current, precision).with_(batch_size=batch)
+            est = estimate_dict(run_estimate(dep, settings, requests_per_month))
+            energy = figure(est, "energy_per_1k_tokens_j")
+            if energy is None:
+                continue  # nothing supports this cell; it is not a candidate
+            entry = {
+                "precision": precision,
+                "batch_size": batch,
+                "energy_per_1k_tokens_j": energy,
+                "throughput_tok_s": figure(est, "throughput_tok_s"),
+                "latency_s": figure(est, "latency_s"),
+                "vram_gb": figure(est, "vram_gb"),
+                "cost_usd_per_month": monthly_of(est).get("cost_usd"),
+                "tier": est.get("tier", "none"),
+                "rows": list(est.get("rows") or ()),
+                "sources": list(est.get("sources") or ()),
+                "estimate": est,
+            }
+            blocking = _blocking(run_rules(dep, settings))
+            vram = entry["vram_gb"]
+            if blocking:
+                entry["rejected_by"] = [f.rule for f in blocking]
+                rejected.append(entry)
+            elif vram_limit and vram and vram > vram_limit:
+                entry["rejected_by"] = ["vram-overflow"]
+                rejected.append(entry)
+            else:
+                candidates.append(entry)
+    return candidates, rejected
+
+
+def _choose(
+    candidates: list[dict[str, Any]], current_batch: int
+) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """``(chosen, lowest, best eligible energy)``. Quantizing changes outputs: a quantized
+    cell is eligible only when its saving holds across the range the experiments span (the
+    FP16 cell at the same batch size is the reference). Near-ties go to unquantized, then the
+    stronger tier, then a batch no smaller than the current one."""
+    fp16_at = {c["batch_size"]: c for c in candidates if c["precision"] == "fp16"}
+    for cand in candidates:
+        ref = fp16_at.get(cand["batch_size"])
+        cand["holds"] = (
+            cand["precision"] in UNQUANTIZED
+            or ref is None
+            or quantization_holds(cand["estimate"], ref["estimate"])
+        )
+        cand["reference"] = ref
+    eligible = [c for c in candidates if c["holds"]] or candidates
+    lowest = min(candidates, key=lambda c: c["energy_per_1k_tokens_j"])
+    best_energy = min(c["energy_per_1k_tokens_j"] for c in eligible)
+    near = [c for c in eligible if c["energy_per_1k_tokens_j"] <= best_energy * (1 + TIE_FRACTION)]
+    chosen = min(
+        near,
+        key=lambda c: (
+            0 if c["precision"] in UNQUANTIZED else 1,
+            -TIER_STRENGTH.get(c["tier"], 0),
+            c["batch_size"] < current_batch,
+            c["batch_size"],
+            c["energy_per_1k_tokens_j"],
+        ),
+    )
+    return chosen, lowest, best_energy
+
+
+def _reasons(
+    chosen: dict[str, Any],
+    lowest: dict[str, Any],
+    best_energy: float,
+    candidates: list[dict[str, Any]],
+    rejected: list[dict[str, Any]],
+    current: Deployment,
+    current_energy: float | None,
+    use: str,
+    sizes: Sequence[int],
+    language: str,
+) -> list[str]:
+    """Why this recommendation, in the answer's language; a smaller batch than the current one
+    always says what it costs and why."""
+    n_cand, n_out = len(candidates), len(rejected)
+    reasons = [
+        Text(
+            f"lowest energy per 1k tokens among {n_cand} {plural(n_cand, 'candidate')} that "
+            f"{'passes' if n_cand == 1 else 'pass'} the rules ({n_out} ruled out as "
+            f"{plural(n_out, 'trap')})",
+            f"在 {n_cand} 个通过规则检查的候选中每千 token 能耗最低（{n_out} 个因陷阱被排除）",
+        ).get(language)
+    ]
+    if lowest is not chosen and not lowest["holds"]:
+        reasons.append(uncertain_reason(lowest, lowest.get("reference") or chosen, language))
+    if chosen["energy_per_1k_tokens_j"] > best_energy:
+        reasons.append(
+            Text(
+                "within 5% of the lowest, and keeps unquantized outputs",
+                "与最低值相差不到 5%，且不改变模型输出（不量化）",
+            ).get(language)
+        )
+    current_batch = current.batch_size or 1
+    if chosen["batch_size"] < current_batch and current_energy:
+        ratio = chosen["energy_per_1k_tokens_j"] / current_energy
+        why = _smaller_batch_why(current, candidates, rejected, use, language)
+        reasons.append(
+            Text(
+                f"batch size {chosen['batch_size']} is smaller than your current "
+                f"{current_batch}: it costs {(ratio - 1) * 100:+.1f}% energy per token "
+                f"({ratio:.1f}x); {why}",
+                f"批大小 {chosen['batch_size']} 比你当前的 {current_batch} 小："
+                f"每 token 能耗 {(ratio - 1) * 100:+.1f}%（{ratio:.1f} 倍）；{why}",
+            ).get(language)
+        )
+    if use == "chat" and chosen["batch_size"] == 1 and max(sizes) == 1:
+        reasons.append(
+            Text(
+                "chat is interactive and no concurrent users are stated: batch size 1",
+                "聊天是交互式的，且没有说明并发用户：批大小 1",
+            ).get(language)
+        )
+    return reasons
+
+
+def _mood(
+    chosen: dict[str, Any],
+    current: Deployment,
+    current_findings: list[Finding],
+    saving_pct: float | None,
+) -> Mood:
+    if chosen["precision"] == current.precision and chosen["batch_size"] == current.batch_size:
+        return Mood.GREEN
+    if current_findings:
+        return Mood.worst(f.mood for f in current_findings)
+    if saving_pct is not None and saving_pct > TIE_FRACTION * 100:
+        return Mood.YELLOW
+    return Mood.GREEN
+
+
 def _smaller_batch_why(
     current: Deployment,
     candidates: list[dict[str, Any]],
@@ -308,4 +370,4 @@ def _smaller_batch_why(
 
 
 def _public(entry: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in entry.items() if k not in ("estimate", "sources")}
+    return {k: v for k, v in entry.items() if k not in ("estimate", "sources", "reference")}
