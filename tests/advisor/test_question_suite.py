@@ -6,6 +6,7 @@ checked) and ``absent`` rules that must not.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -772,7 +773,9 @@ def test_suite(case: Q) -> None:
             assert seen["rec_batch"] <= expected, (case.text, seen["rec_batch"])
         else:
             assert seen.get(key) == expected, (case.text, key, seen.get(key))
-    # Every answer renders in both formats without error, in the question's language.
+    # Every answer is plain JSON (no object slips through a default=str) and renders as text in
+    # the question's language.
+    json.dumps(seen["_answer"].to_dict(), ensure_ascii=False)
     text = render(seen["_answer"], fmt="text", plain=True)
     assert text.strip()
     if seen.get("language") == "zh" and seen["protocol"] != "audit":
