@@ -610,3 +610,60 @@ def test_a_forked_child_leaves_the_parents_metrics_server_alone_and_says_so(tmp_
     assert "child 0 served True" in out.stdout
     assert out.stderr.count("was forked from one serving metrics") == 1, out.stderr
     assert _labels(path) == {"child": 2}
+
+
+_SINK_SCRIPT = textwrap.dedent(
+    """
+    import glob, os, signal
+    import ecoguard
+    from ecoguard.energy import CallInfo, get_meter
+    from ecoguard.export.ledger import get_ledger
+    ecoguard.install(backend="simulated", ledger_path={path!r})
+
+    def produce(n):
+        meter = get_meter()
+        for _ in range(n):
+            window = meter.begin(devices=None, info=CallInfo(model_name="m"))
+            meter.end(window, tokens=1, requests=1)
+
+    produce(1)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)  # a hung child ends by itself
+        produce(3)
+        os._exit(0 if get_ledger().flush(10) else 3)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    from prometheus_client import CollectorRegistry, multiprocess
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    requests = sum(
+        sample.value
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name == "ecoguard_generation_requests_total"
+    )
+    child_files = glob.glob(os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], f"*_{{pid}}.db"))
+    print("child", code, "requests", int(requests), "child_files", bool(child_files))
+    """
+)
+
+
+def test_forked_workers_write_their_metrics_for_the_sidecar(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR set, a forked child's counters go to its own files, which
+    the sidecar merges with the parent's: 1 + 3 requests, and a file named after the child."""
+    pytest.importorskip("prometheus_client")
+    path = tmp_path / "ledger.sqlite"
+    metrics_dir = tmp_path / "prom"
+    metrics_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ECOGUARD_")}
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    out = subprocess.run(
+        [sys.executable, "-c", _SINK_SCRIPT.format(path=str(path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "child 0 requests 4 child_files True" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert sum(_labels(path).values()) == 4
