@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from ecoguard.audit.extract import Extractor, RawNote, Site
 from ecoguard.audit.launch import audit_launch_text, is_launch_file
+from ecoguard.audit.moe import moe_total_b
 from ecoguard.audit.result import AuditNote, AuditResult, FileProblem
 from ecoguard.audit.sources import Text, discover, read_source
 from ecoguard.deployment import GpuSpec, ModelSpec
@@ -26,6 +27,8 @@ from ecoguard.findings import Finding, Location
 
 # Findings whose fix belongs where the quantization config is built, not where it is used.
 _AT_CONFIG = frozenset({"int8-mixed", "fp8-eager"})
+# Findings whose fix names the load call (reworded to the call the code used).
+_AT_LOAD = frozenset({"small-model-quant", "fp8-eager", "bf16-unsupported"})
 
 
 class AuditTimeLimitError(UsageError):
@@ -110,7 +113,12 @@ def _audit_text(
         from ecoguard.rules import BS1_SUSTAINED_CALLS
 
         extraction = Extractor(
-            tree, gpu=gpu, resolve_model=_model_spec, bs1_calls=BS1_SUSTAINED_CALLS
+            tree,
+            gpu=gpu,
+            resolve_model=_model_spec,
+            bs1_calls=BS1_SUSTAINED_CALLS,
+            lines=_lines(text.text),
+            line_label=lambda line: _line_label(text, line),
         ).run(check)
     except RecursionError:
         result.problems.append(
@@ -130,19 +138,78 @@ def _audit_text(
             if key in seen:
                 continue  # one config used by several loads: one finding where it is built
             seen.add(key)
-            if site.details:
-                finding = replace(finding, details=(*finding.details, *site.details))
+            finding = _worded(finding, site, text)
             result.findings.append(finding.at(location))
     for note in extraction.notes:
         result.notes.append(_note(note, filename, text))
     return result.sort()
 
 
-def _evaluate(site: Site) -> list[Finding]:
-    from ecoguard.rules import evaluate
+def _line_label(text: Text, line: int | None) -> str:
+    if text.cells and line is not None:
+        cell, cell_line = _cell_of(text, line)
+        if cell is not None:
+            return f"cell {cell}, line {cell_line}"
+    return f"line {line}"
 
-    findings = evaluate(site.deployment, only=site.only)
+
+def _site_details(site: Site, text: Text) -> tuple[tuple[str, object], ...]:
+    """The site's details, with a notebook's loop line counted inside its cell."""
+    if not text.cells:
+        return site.details
+    out: list[tuple[str, object]] = []
+    for key, value in site.details:
+        if key == "loop_line" and isinstance(value, int):
+            cell, cell_line = _cell_of(text, value)
+            out.extend([("loop_line", cell_line), ("loop_cell", cell)])
+        else:
+            out.append((key, value))
+    return tuple(out)
+
+
+def _worded(finding: Finding, site: Site, text: Text) -> Finding:
+    """The finding with the site's own wording and details. A static wording replaces what
+    only a live process can observe: its runtime figure (``consecutive_bs1_calls``) goes."""
+    wording = dict(dict(site.wording).get(finding.rule, ()))
+    details = finding.details
+    if site.fix_replace and finding.rule in _AT_LOAD:
+        fix = finding.fix
+        for old, new in site.fix_replace:
+            fix = fix.replace(old, new)
+        wording.setdefault("fix", fix)
+    if wording:
+        details = tuple(item for item in details if item[0] != "consecutive_bs1_calls")
+        finding = replace(finding, **wording)
+    if site.details:
+        details = (*details, *_site_details(site, text))
+    return replace(finding, details=details) if details != finding.details else finding
+
+
+def _evaluate(site: Site) -> list[Finding]:
+    from ecoguard.rules import RULE_IDS, evaluate
+
+    if site.vram_precision is None:
+        findings = evaluate(site.deployment, only=site.only)
+    else:
+        # The weights are sized as the proxy precision, and called by their own name.
+        rules = site.only or RULE_IDS
+        others = tuple(r for r in rules if r != "vram-overflow")
+        findings = evaluate(site.deployment, only=others) if others else []
+        if "vram-overflow" in rules:
+            proxy, label = site.vram_precision
+            sized = site.deployment.with_(precision=proxy)
+            for found in evaluate(sized, only=("vram-overflow",)):
+                findings.append(_relabelled(found, f"{proxy} weights", f"{label} weights"))
+                findings[-1] = _relabelled(findings[-1], f"({proxy})", f"({label})")
     return [f for f in findings if f.rule not in site.unknown]
+
+
+def _relabelled(finding: Finding, old: str, new: str) -> Finding:
+    details = tuple(
+        (key, value.replace(old, new) if isinstance(value, str) else value)
+        for key, value in finding.details
+    )
+    return replace(finding, message=finding.message.replace(old, new), details=details)
 
 
 def _parse(text: Text, filename: str) -> tuple[ast.Module | None, list[FileProblem]]:
@@ -257,6 +324,10 @@ def _gpu_spec(gpu: str | None) -> GpuSpec:
 def _model_spec(text: str) -> ModelSpec | None:
     """The model a string literal names, with its size when the knowledge registry or the name
     itself says it; None when it names no model we can size."""
+    total_b, mixture = moe_total_b(text)
+    if mixture:
+        # Every expert's weights are in memory: the total, never the active count.
+        return ModelSpec(id=text.strip(), params_b=total_b) if total_b else None
     try:
         from ecoguard.knowledge import resolve_model
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ecoguard.audit.index import UNKNOWN, ModuleIndex, walk_scope
+from ecoguard.audit.loops import Loops, PerItem
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
 from ecoguard.engines.engine_args import EngineConfig, engine_deployment
 from ecoguard.findings import Mood
@@ -21,7 +22,23 @@ from ecoguard.findings import Mood
 _NOT_A_MODEL = re.compile(r"Tokenizer|Processor|Config|FeatureExtractor|Peft|Adapter|Scheduler")
 _BATCHY_NAME = re.compile(r"batch|chunk", re.IGNORECASE)
 _BATCHING_CALL = re.compile(r"batch|chunk|partition|split|group", re.IGNORECASE)
-_TRAINING_MARKERS = ("Trainer", "SFTTrainer", "gradient_checkpointing_enable", "backward")
+_TRAINING_MARKERS = frozenset(
+    {
+        "Trainer",
+        "SFTTrainer",
+        "Seq2SeqTrainer",
+        "DPOTrainer",
+        "ORPOTrainer",
+        "GRPOTrainer",
+        "TrainingArguments",
+        "Seq2SeqTrainingArguments",
+        "SFTConfig",
+        "gradient_checkpointing_enable",
+        "prepare_model_for_kbit_training",
+        "backward",
+    }
+)
+_TRAINING_WORDS = re.compile(r"\btrain|fine-?tun", re.IGNORECASE)
 
 _DTYPES = {
     "bfloat16": "bf16",
@@ -76,6 +93,15 @@ class Site:
     unknown: frozenset[str] = frozenset()
     only: tuple[str, ...] | None = None  # restrict evaluate() to these rules
     details: tuple[tuple[str, object], ...] = ()
+    # rule -> ((field, text), ...): the audit's own wording for a finding of that rule, where
+    # the runtime wording would claim what only a live process sees ("8 calls ran").
+    wording: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    # (old, new) text replacements in the fixes of the quantization rules, so a fix names the
+    # call the code used (pipeline(...), LLM(...)) rather than from_pretrained.
+    fix_replace: tuple[tuple[str, str], ...] = ()
+    # (precision, label): vram-overflow prices the weights as this precision (torchao int4
+    # has no precision of its own in the record) and calls them by the label.
+    vram_precision: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +130,12 @@ class Extractor:
         gpu: GpuSpec,
         resolve_model,
         bs1_calls: int,
+        lines: Sequence[str] = (),
+        line_label: Callable[[int | None], str] = lambda line: f"line {line}",
     ) -> None:
         self.index = ModuleIndex(tree)
+        self.lines = lines  # the source lines, for comments (the tree has none)
+        self.line_label = line_label  # "line 13", or "cell 6, line 2" in a notebook
         self.gpu = gpu
         self.resolve_model = resolve_model
         self.bs1_calls = bs1_calls
@@ -117,12 +147,9 @@ class Extractor:
         self._load_sites: list[Site] = []
         # Facts about loops and helpers, each worked out once: a loop holding thousands of
         # generate calls must not be re-read per call (that made the audit quadratic).
-        self._loops: dict[ast.AST, ast.AST | None] | None = None
-        self._loop_batched: dict[ast.AST, bool] = {}
-        self._helper_loop: dict[ast.AST, ast.AST | None] = {}
-        self._calls_by_name: dict[str, list[ast.Call]] = {}
-        self._holds_marks: dict[ast.AST, int] | None = None
+        self.loops = Loops(self.index, _BATCHY_NAME, _BATCHING_CALL)
         self._scope_reads: dict[ast.AST, dict[str, list[int]]] = {}
+        self._read_names: set[str] | None = None
 
     # -- entry ------------------------------------------------------------------------------
 
@@ -134,8 +161,7 @@ class Extractor:
             key=lambda n: (n.lineno, n.col_offset),
         )
         for call in calls:
-            if isinstance(call.func, ast.Name):
-                self._calls_by_name.setdefault(call.func.id, []).append(call)
+            self.loops.add_call(call)
         for call in calls:
             if check is not None:
                 check()
@@ -148,6 +174,8 @@ class Extractor:
                 self._vllm(call)
             elif name == "quantize_":
                 self._quantize(call)
+            elif name == "from_quantized":
+                self._from_quantized(call)
         for call in calls:
             if check is not None:
                 check()
@@ -176,8 +204,53 @@ class Extractor:
         kwargs = self.index.keyword_nodes(call)
         model_expr = call.args[0] if call.args else kwargs.get("pretrained_model_name_or_path")
         self._use_cache_kwarg(call, kwargs)
-        self._removed_kwargs(call, kwargs)
+        if not _other_library(receiver_name):
+            self._removed_kwargs(call, kwargs)
         self._add_load_site("load", call, model_expr, kwargs)
+
+    def _from_quantized(self, call: ast.Call) -> None:
+        """AutoAWQ / AutoGPTQ ``from_quantized(path)``: a pre-quantized checkpoint whose format
+        is the library's (or the name's); judged by the engine-argument mapping."""
+        receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+        qualified = (self.index.qualified_name(receiver) if receiver is not None else None) or ""
+        root = qualified.split(".", 1)[0].lower()
+        method = _FROM_QUANTIZED.get(root)
+        kwargs = self.index.keyword_nodes(call)
+        model_expr = (
+            call.args[0] if call.args else kwargs.get("quant_path", kwargs.get("model_path"))
+        )
+        text = self.index.constant(model_expr) if model_expr is not None else UNKNOWN
+        facts = self._engine_quant(method, {}, call, text if isinstance(text, str) else None)
+        deployment = Deployment(
+            model=self._model(model_expr),
+            gpu=self.gpu,
+            precision=facts.precision,
+            quant=facts.quant,
+            dtype="fp16",
+        )
+        base = "AutoModelForCausalLM.from_pretrained(model_id, "
+        site = Site(
+            "load",
+            call,
+            deployment,
+            unknown=facts.unknown,
+            fix_replace=((base, "AutoModelForCausalLM.from_pretrained(base_model_id, "),),
+        )
+        self.out.sites.append(site)
+        self._load_sites.append(site)
+
+    def _engine_quant(
+        self, method: str | None, quant_config: dict, node: ast.AST, model: str | None = None
+    ) -> QuantFacts:
+        """AWQ / GPTQ (and what a checkpoint name says) as the engine-argument mapping judges
+        them: weight-only 4-bit against NF4's measured rows, 8-bit against pure INT8's."""
+        config = EngineConfig(
+            engine="vllm", model=model, quantization=method, quant_config=quant_config or None
+        )
+        facts = engine_deployment(config, gpu=self.gpu)
+        if facts.deployment.quant.method is None:
+            return QuantFacts(None, QuantSpec(method="other"), node, _QUANT_RULES)
+        return QuantFacts(facts.deployment.precision, facts.deployment.quant, node, facts.unknown)
 
     def _pipeline(self, call: ast.Call) -> None:
         kwargs = self.index.keyword_nodes(call)
@@ -197,6 +270,8 @@ class Extractor:
         quant = self._quant_from_kwargs(kwargs, call)
         if quant is not None and quant.quant.method is None and not quant.unknown:
             quant = None  # a config that quantizes nothing
+        if quant is None:
+            quant = self._quant_from_name(model_expr, call)
         dtype = self._dtype(kwargs.get("torch_dtype", kwargs.get("dtype")))
         deployment = Deployment(
             model=self._model(model_expr),
@@ -212,9 +287,31 @@ class Extractor:
             deployment=deployment,
             config_node=quant.node if quant else None,
             unknown=quant.unknown if quant else frozenset(),
+            fix_replace=self._pipeline_fix(call) if kind == "pipeline" else (),
+            vram_precision=_vram_proxy(deployment),
         )
         self.out.sites.append(site)
         self._load_sites.append(site)
+
+    def _quant_from_name(self, model_expr: ast.expr | None, call: ast.Call) -> QuantFacts | None:
+        """A pre-quantized checkpoint named as such (``...-AWQ``, ``...-GPTQ-Int4``): its own
+        config carries the quantization, as vLLM's auto-detection reads it."""
+        text = self.index.constant(model_expr) if model_expr is not None else UNKNOWN
+        if not isinstance(text, str):
+            return None
+        facts = self._engine_quant(None, {}, call, text)
+        return facts if facts.quant.method in ("awq", "gptq") else None
+
+    def _pipeline_fix(self, call: ast.Call) -> tuple[tuple[str, str], ...]:
+        task = self.index.constant(call.args[0]) if call.args else UNKNOWN
+        task_text = f'"{task}"' if isinstance(task, str) and task.isprintable() else "task"
+        return (
+            (
+                "AutoModelForCausalLM.from_pretrained(model_id, ",
+                f"pipeline({task_text}, model=model_id, ",
+            ),
+            ("# no quantization_config", "# no quantization_config in model_kwargs"),
+        )
 
     def _vllm(self, call: ast.Call) -> None:
         """``LLM(...)``: its keywords are vLLM engine arguments, mapped by the module launch
@@ -237,7 +334,15 @@ class Extractor:
             unknown.update({"small-model-quant", "int8-mixed", "fp8-eager"})
         # batch-size-one's wording is the generate loop's; LLM(max_num_seqs=1) is not judged here.
         site = Site(
-            "vllm", call, facts.deployment, unknown=frozenset(unknown), details=facts.details[1:]
+            "vllm",
+            call,
+            facts.deployment,
+            unknown=frozenset(unknown),
+            details=facts.details[1:],
+            fix_replace=(
+                ("AutoModelForCausalLM.from_pretrained(model_id, ", "LLM(model=model_id, "),
+                ("# no quantization_config", "# the 16-bit checkpoint, no quantization="),
+            ),
         )
         self.out.sites.append(site)
         self._load_sites.append(site)
@@ -257,7 +362,7 @@ class Extractor:
         """A config built but not passed to a load in this module (a shared config module):
         judged on its own, without the model it will meet. One whose name is assigned again
         before anything reads it is dead code and never reaches a model: skipped."""
-        if self._overwritten_unread(call):
+        if self._overwritten_unread(call) or self._never_read(call):
             return
         facts = self._quant_facts(call)
         if facts is None or (facts.quant.method is None and not facts.unknown):
@@ -283,6 +388,26 @@ class Extractor:
             return False
         next_line = min(later)
         return not any(statement.lineno < line <= next_line for line in self._reads_of(scope, name))
+
+    def _never_read(self, call: ast.Call) -> bool:
+        """``name = Config(...)`` in a module that loads a model, with ``name`` never read
+        anywhere in it: an alternative left beside the config in use, not a preset for
+        other modules (a module that loads nothing keeps its presets judged)."""
+        statement = self.index.parent.get(call)
+        if not (
+            self._load_sites
+            and isinstance(statement, ast.Assign)
+            and statement.value is call
+            and all(isinstance(t, ast.Name) for t in statement.targets)
+        ):
+            return False
+        if self._read_names is None:
+            self._read_names = {
+                node.id
+                for node in ast.walk(self.index.tree)
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+            }
+        return not any(t.id in self._read_names for t in statement.targets)  # type: ignore[union-attr]
 
     def _reads_of(self, scope: ast.AST, name: str) -> list[int]:
         """Lines where ``name`` is read in ``scope``'s own body (one walk per scope)."""
@@ -341,11 +466,8 @@ class Extractor:
                 return self._torchao_facts(quant_type, node)
             if name in ("GPTQConfig", "AwqConfig"):
                 bits = self.index.constant(self.index.keyword_nodes(node).get("bits"))
-                return QuantFacts(
-                    None,
-                    QuantSpec(method=name[:-6].lower(), bits=bits if isinstance(bits, int) else 4),
-                    node,
-                )
+                quant_config = {"bits": bits} if isinstance(bits, int) else {}
+                return self._engine_quant(name[:-6].lower(), quant_config, node)
             return None
         items = self.index.mapping(node)
         if items is None:
@@ -395,14 +517,7 @@ class Extractor:
         return QuantFacts(None, QuantSpec(), node)
 
     def _torchao_facts(self, expr: ast.expr | None, node: ast.AST) -> QuantFacts | None:
-        resolved = self.index.resolve(expr) if expr is not None else None
-        label: str | None = None
-        if resolved is not None:
-            inner = resolved.expr
-            if isinstance(inner, ast.Call):
-                label = self.index.callee(inner)
-            elif isinstance(inner, ast.Constant) and isinstance(inner.value, str):
-                label = inner.value
+        label = self._torchao_label(expr)
         if label is None:
             return QuantFacts(None, QuantSpec(method="torchao"), node, _TORCHAO_RULES)
         for pattern, precision, bits, quant_type in _TORCHAO:
@@ -413,185 +528,140 @@ class Extractor:
                 return QuantFacts(precision, quant, node)
         return QuantFacts(None, QuantSpec(method="torchao", quant_type=label), node)
 
+    def _torchao_label(self, expr: ast.expr | None, depth: int = 0) -> str | None:
+        """The config class (or string) a torchao quant type names. A per-module mapping
+        (``FqnToConfig({...})``, ``ModuleFqnToConfig``, ``AOPerModuleConfig``, a dict or dict
+        comprehension of module names) is read through: a float8 entry decides, as any float8
+        module runs the eager dequantization."""
+        resolved = self.index.resolve(expr) if expr is not None and depth < 4 else None
+        if resolved is None:
+            return None
+        inner = resolved.expr
+        if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+            return inner.value
+        values: list[ast.expr] = []
+        if isinstance(inner, ast.Call):
+            name = self.index.callee(inner)
+            if name not in _PER_MODULE:
+                return name
+            kwargs = self.index.keyword_nodes(inner)
+            mapping = inner.args[0] if inner.args else next(iter(kwargs.values()), None)
+            resolved_map = self.index.resolve(mapping) if mapping is not None else None
+            inner = resolved_map.expr if resolved_map is not None else inner
+        if isinstance(inner, ast.Dict):
+            values = [v for v in inner.values if v is not None]
+        elif isinstance(inner, ast.DictComp):
+            values = [inner.value]
+        labels = [self._torchao_label(v, depth + 1) for v in values]
+        known = [label for label in labels if label and label != "None"]
+        for label in known:
+            if re.search(r"float8|fp8", label, re.I):
+                return label
+        return known[0] if known else None
+
     # -- generation -------------------------------------------------------------------------
 
     def _generate(self, call: ast.Call) -> None:
         kwargs = self.index.keyword_nodes(call)
         self._use_cache_kwarg(call, kwargs)
-        loop = self._single_item_loop(call)
-        if loop is None:
+        per_item = self.loops.per_item(call, self.bs1_calls)
+        if per_item is None:
             return
-        self._bs1_site("generate", call, loop)
+        where = f"generate (in `{per_item.via}`)" if per_item.via else "generate"
+        message = (
+            f"{where} is called {_per_item_text(per_item, self.line_label)}, one prompt per "
+            f"call, {_BS1_TAIL}"
+        )
+        fix = _WHILE_FIX if per_item.kind == "while" else _BATCH_FIX
+        self._bs1_site("generate", call, per_item, message, fix)
 
     def _pipeline_call(self, call: ast.Call, construction: ast.Call) -> None:
+        """A pipeline object called: once per item of a loop, or over a collection of inputs
+        with ``batch_size`` left at the pipeline default of 1 (or set to 1)."""
         kwargs = self.index.keyword_nodes(call)
         self._use_cache_kwarg(call, kwargs)
-        batch = self.index.constant(kwargs.get("batch_size"))
-        if "batch_size" not in kwargs:
-            batch = self.index.constant(self.index.keyword_nodes(construction).get("batch_size"))
-        loop = self._single_item_loop(call)
-        if loop is not None:
-            self._bs1_site("pipeline-call", call, loop)
-        elif batch == 1:
-            self._bs1_site("pipeline-call", call, None)
+        built = self.index.keyword_nodes(construction)
+        given = kwargs.get("batch_size", built.get("batch_size"))
+        batch = 1 if given is None else self.index.constant(given)
+        name = call.func.id if isinstance(call.func, ast.Name) else "pipe"
+        per_item = self.loops.per_item(call, self.bs1_calls)
+        if per_item is not None:
+            message = (
+                f"the pipeline `{name}` is called {_per_item_text(per_item, self.line_label)}, one input per "
+                f"call, {_BS1_TAIL}"
+            )
+            fix = f"{name}({per_item.over or 'inputs'}, batch_size=16)  # all inputs in one call"
+            self._bs1_site("pipeline-call", call, per_item, message, fix)
+            return
+        if batch != 1:
+            return
+        data = self.loops.collection(call.args[0] if call.args else kwargs.get("inputs"))
+        setting = "batch_size=1" if given is not None else "batch_size left at its default of 1"
+        if data is not None:
+            if data.items is not None and data.items < self.bs1_calls:
+                return  # a handful of prompts is not a serving pattern
+            count = f" ({data.items} items)" if data.items is not None else ""
+            message = (
+                f"the pipeline `{name}` runs over `{data.over}`{count} with {setting}: one "
+                f"item per forward pass, {_BS1_TAIL}"
+            )
+            fix = f"{name}({data.over}, batch_size=16)  # batch_size is per call, default 1"
+            self._bs1_site("pipeline-call", call, data, message, fix)
+        elif given is not None:
+            message = f"the pipeline `{name}` is called with batch_size=1, {_BS1_TAIL}"
+            fix = f"{name}(list_of_inputs, batch_size=16)"
+            self._bs1_site("pipeline-call", call, None, message, fix)
 
-    def _bs1_site(self, kind: str, call: ast.Call, loop: ast.AST | None) -> None:
+    def _bs1_site(
+        self,
+        kind: str,
+        call: ast.Call,
+        per_item: PerItem | None,
+        message: str,
+        fix: str | None = None,
+    ) -> None:
         base = self._load_sites[0].deployment if len(self._load_sites) == 1 else Deployment()
-        interactive = loop is not None and self._reads_stdin(loop)
+        looping = per_item is not None and per_item.kind in ("for", "while", "comprehension")
+        interactive = looping and self.loops.reads_stdin(per_item.node)  # type: ignore[union-attr]
+        items = per_item.items if per_item is not None else None
         deployment = base.with_(
             gpu=self.gpu,
             batch_size=1,
-            consecutive_bs1_calls=self.bs1_calls,
+            consecutive_bs1_calls=max(items or 0, self.bs1_calls),
             interactive=interactive,
         )
-        details: tuple[tuple[str, object], ...] = ()
-        if loop is not None:
-            details = (("loop_line", getattr(loop, "lineno", None)),)
+        details: list[tuple[str, object]] = []
+        if per_item is not None:
+            details.append(("loop_line", per_item.line))
+            details.append(("loop_kind", per_item.kind))
+            if per_item.over is not None:
+                details.append(("loop_over", per_item.over))
+            details.append(("loop_items", per_item.items))
+            if per_item.via is not None:
+                details.append(("helper", per_item.via))
+        wording = {"message": message, "fix_summary": "send several prompts per call"}
+        if fix:
+            wording["fix"] = fix
         self.out.sites.append(
-            Site(kind, call, deployment, only=("batch-size-one",), details=details)
+            Site(
+                kind,
+                call,
+                deployment,
+                only=("batch-size-one",),
+                details=tuple(details),
+                wording=(("batch-size-one", tuple(wording.items())),),
+            )
         )
-
-    def _single_item_loop(self, call: ast.Call) -> ast.AST | None:
-        """The loop that runs this call once per item, if any. One level of helpers is
-        followed: a function holding the call, itself called from a loop."""
-        loop = self._enclosing_loop(call)
-        if loop is not None:
-            return None if self._batched(loop) else loop
-        scope = self.index.scope_of(call)
-        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-            return None
-        if scope not in self._helper_loop:
-            found = None
-            for node in self._calls_by_name.get(scope.name, ()):
-                outer = self._enclosing_loop(node)
-                if outer is not None and not self._batched(outer):
-                    found = outer
-                    break
-            self._helper_loop[scope] = found
-        return self._helper_loop[scope]
-
-    def _enclosing_loop(self, node: ast.AST) -> ast.AST | None:
-        """The innermost loop (in the same function) whose body runs ``node`` once per turn.
-        A loop's own iterable, target and ``else`` run once, so they do not count."""
-        if self._loops is None:
-            self._loops = self._loop_map()
-        return self._loops.get(node)
-
-    def _loop_map(self) -> dict[ast.AST, ast.AST | None]:
-        """Every node's enclosing loop, in one pass from the top (asking each call's
-        ancestors would cost the nesting depth per call)."""
-        loops: dict[ast.AST, ast.AST | None] = {self.index.tree: None}
-        stack: list[ast.AST] = [self.index.tree]
-        while stack:
-            node = stack.pop()
-            for child in ast.iter_child_nodes(node):
-                loops[child] = self._loop_for_child(node, child, loops)
-                stack.append(child)
-        return loops
-
-    def _loop_for_child(
-        self, node: ast.AST, child: ast.AST, loops: dict[ast.AST, ast.AST | None]
-    ) -> ast.AST | None:
-        """The loop that runs ``child`` once per turn; ``loops`` already holds ``node`` (its
-        parent) and every ancestor."""
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            return None  # a function's body runs when called, not per turn of a loop around it
-        field = self.index.field.get(child)
-        if isinstance(node, ast.For | ast.AsyncFor):
-            return loops[node] if field in ("iter", "target", "orelse") else node
-        if isinstance(node, ast.While):
-            return loops[node] if field == "orelse" else node
-        if isinstance(node, _COMPREHENSIONS):
-            return node
-        if isinstance(node, ast.comprehension) and field == "iter":
-            owner = self.index.parent.get(node)
-            if isinstance(owner, _COMPREHENSIONS) and owner.generators[0] is node:
-                return loops[owner]  # the first iterable is evaluated once, outside
-        return loops[node]
-
-    def _batched(self, loop: ast.AST) -> bool:
-        """Whether each turn of ``loop`` handles several items (so its calls are batched)."""
-        if loop not in self._loop_batched:
-            self._loop_batched[loop] = self._reads_batches(loop)
-        return self._loop_batched[loop]
-
-    def _reads_batches(self, loop: ast.AST) -> bool:
-        targets: list[ast.expr] = []
-        iters: list[ast.expr] = []
-        if isinstance(loop, ast.For | ast.AsyncFor):
-            targets, iters = [loop.target], [loop.iter]
-        elif isinstance(loop, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
-            targets = [g.target for g in loop.generators]
-            iters = [g.iter for g in loop.generators]
-        for target in targets:
-            for name in ast.walk(target):
-                if isinstance(name, ast.Name) and _BATCHY_NAME.search(name.id):
-                    return True
-        for iterable in iters:
-            if self._batching_iterable(iterable):
-                return True
-        # Slicing inside the loop (prompts[i:i + bs]) feeds several items per turn; a
-        # serving loop that drains a queue into a named batch is batched.
-        holds = self._holds()
-        body = loop.body if isinstance(loop, ast.For | ast.AsyncFor | ast.While) else [loop]
-        marks = (_SLICE, _BATCH_STORE) if isinstance(loop, ast.While) else (_SLICE,)
-        return any(holds.get(statement, 0) & mark for statement in body for mark in marks)
-
-    def _holds(self) -> dict[ast.AST, int]:
-        """Node -> bit set of what its subtree holds (a slice, a store to a batch-like name,
-        a stdin read), in one pass over the module however many loops ask."""
-        if self._holds_marks is None:
-            marks: dict[ast.AST, int] = {}
-            for node in ast.walk(self.index.tree):
-                mark = 0
-                if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
-                    mark = _SLICE
-                elif (
-                    isinstance(node, ast.Name)
-                    and isinstance(node.ctx, ast.Store)
-                    and _BATCHY_NAME.search(node.id)
-                ):
-                    mark = _BATCH_STORE
-                elif isinstance(node, ast.Call) and self.index.callee(node) in (
-                    "input",
-                    "readline",
-                ):
-                    mark = _STDIN
-                current: ast.AST | None = node
-                # Climb while the mark is news: each node gains each bit once, so the
-                # whole pass stays linear in the size of the module.
-                while mark and current is not None and marks.get(current, 0) & mark != mark:
-                    marks[current] = marks.get(current, 0) | mark
-                    current = self.index.parent.get(current)
-            self._holds_marks = marks
-        return self._holds_marks
-
-    def _batching_iterable(self, iterable: ast.expr) -> bool:
-        resolved = self.index.resolve(iterable)
-        node = resolved.expr if resolved is not None else iterable
-        if not isinstance(node, ast.Call):
-            return False
-        name = self.index.callee(node)
-        if name == "range":
-            return len(node.args) == 3 and self.index.constant(node.args[2]) != 1
-        if name == "DataLoader":
-            kwargs = self.index.keyword_nodes(node)
-            if "batch_size" not in kwargs:
-                return False  # DataLoader's default batch size is 1
-            size = self.index.constant(kwargs["batch_size"])
-            # An unreadable size (a variable from the CLI) is given the benefit of the doubt.
-            return size is UNKNOWN or (isinstance(size, int) and size > 1)
-        if name in ("enumerate", "zip", "list", "tuple", "sorted", "reversed", "iter"):
-            return any(self._batching_iterable(arg) for arg in node.args)
-        return bool(_BATCHING_CALL.search(name))
-
-    def _reads_stdin(self, loop: ast.AST) -> bool:
-        return bool(self._holds().get(loop, 0) & _STDIN)
 
     # -- notes ------------------------------------------------------------------------------
 
     def _removed_kwargs(self, call: ast.Call, kwargs: dict[str, ast.expr]) -> None:
-        flags = [k for k in ("load_in_8bit", "load_in_4bit") if k in kwargs]
+        # load_in_8bit=False asks for nothing; only a flag that may be True is the problem.
+        flags = [
+            k
+            for k in ("load_in_8bit", "load_in_4bit")
+            if k in kwargs and self.index.constant(kwargs[k]) is not False
+        ]
         if not flags:
             return
         bits = "8" if "load_in_8bit" in flags else "4"
@@ -613,6 +683,10 @@ class Extractor:
 
     def _use_cache_kwarg(self, call: ast.Call, kwargs: dict[str, ast.expr]) -> None:
         if "use_cache" in kwargs and self.index.constant(kwargs["use_cache"]) is False:
+            # A load or config in a training setup turns the cache off on purpose; a
+            # generate call with the cache off is slow whatever the script does besides.
+            if self.index.callee(call) != "generate" and self._for_training(call):
+                return
             self._kv_note(kwargs["use_cache"], "use_cache=True (or drop the argument)")
 
     def _use_cache_attributes(self) -> None:
@@ -625,8 +699,28 @@ class Extractor:
                     isinstance(t, ast.Attribute) and t.attr == "use_cache" for t in node.targets
                 )
                 and self.index.constant(node.value) is False
+                and not self._for_training(node)
             ):
                 self._kv_note(node, "<model>.config.use_cache = True (or drop the line)")
+
+    def _for_training(self, node: ast.AST) -> bool:
+        """Whether ``node`` sits in a training setup: the module trains, or a comment on the
+        statement's line or just above it says so."""
+        if self._training:
+            return True
+        statement = node
+        while not isinstance(statement, ast.stmt) and statement in self.index.parent:
+            statement = self.index.parent[statement]
+        first, last = getattr(statement, "lineno", 0), getattr(statement, "end_lineno", 0)
+        end_column = getattr(statement, "end_col_offset", 0) or 0
+        texts = []
+        if 1 <= last <= len(self.lines):
+            # ast counts bytes; the comment after the statement's end is what is wanted.
+            tail = self.lines[last - 1].encode("utf-8")[end_column:].decode("utf-8", "replace")
+            texts.append(tail.strip())
+        if 2 <= first <= len(self.lines) + 1:
+            texts.append(self.lines[first - 2].strip())
+        return any(t.startswith("#") and _TRAINING_WORDS.search(t) for t in texts)
 
     def _kv_note(self, node: ast.AST, fix: str) -> None:
         self.out.notes.append(
@@ -708,8 +802,63 @@ class Extractor:
         return False
 
 
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
-# What a subtree holds (bits of Extractor._holds).
-_SLICE, _BATCH_STORE, _STDIN = 1, 2, 4
+# The static wording of batch-size-one: what the code shows, not what ran. The runtime fix
+# (the guard's batcher) cannot help a loop that sends one call after another.
+_BS1_TAIL = "so every token pays for a full pass over the weights that a batch would share."
+_BATCH_FIX = (
+    "for i in range(0, len(prompts), 16): model.generate(**tokenizer(prompts[i : i + 16], "
+    'return_tensors="pt", padding=True))  # 16 prompts per call; left padding for decoder-only'
+)
+_WHILE_FIX = (
+    "collect the waiting requests (up to 16) into one generate call, or serve with an engine "
+    "that batches continuously (vLLM, TGI, SGLang)"
+)
+
+
+def _per_item_text(per_item: PerItem, label: Callable[[int | None], str]) -> str:
+    """``once per item of `questions` (the for loop at line 13, 12 items)``."""
+    line = label(per_item.line)
+    if per_item.kind == "while":
+        bound = ", which has no end condition" if per_item.unbounded else ""
+        return f"once per turn of the while loop at {line}{bound}"
+    if per_item.kind == "apply":
+        return f"once per row or element of `{per_item.over}` (per-item call at {line})"
+    if per_item.kind == "map":
+        return f"once per item of `{per_item.over}` (map at {line})"
+    kind = "for loop" if per_item.kind == "for" else "comprehension"
+    count = f", {per_item.items} items" if per_item.items is not None else ""
+    if per_item.step is not None:
+        count += f", whose step `{per_item.step}` is 1 where it is called"
+    return f"once per item of `{per_item.over}` (the {kind} at {line}{count})"
+
+
 _BNB_RULES = frozenset({"int8-mixed", "small-model-quant"})
+_QUANT_RULES = frozenset({"int8-mixed", "small-model-quant", "fp8-eager"})
+# from_quantized's library -> the format it loads.
+_FROM_QUANTIZED = {"awq": "awq", "auto_gptq": "gptq", "gptqmodel": "gptq"}
+# Libraries with a from_pretrained of their own, whose keywords are theirs, not transformers'.
+_OWN_FROM_PRETRAINED = ("unsloth", "awq", "auto_gptq", "gptqmodel", "optimum", "peft", "vllm")
+
+
+def _other_library(receiver: str | None) -> bool:
+    """Whether ``receiver`` (a qualified name) comes from a library other than transformers
+    (unsloth's FastLanguageModel takes load_in_4bit= itself)."""
+    root = (receiver or "").split(".", 1)[0]
+    return root in _OWN_FROM_PRETRAINED
+
+
+def _vram_proxy(deployment: Deployment) -> tuple[str, str] | None:
+    """torchao int4/int8 weights have no precision in the record; for sizing they weigh as
+    the measured formats of the same width (4-bit with group scales, 8-bit)."""
+    quant = deployment.quant
+    if deployment.precision is not None or quant.method != "torchao":
+        return None
+    if quant.bits == 4:
+        return "nf4_dq", "int4"
+    if quant.bits == 8:
+        return "int8_pure", "int8"
+    return None
+
+
 _TORCHAO_RULES = frozenset({"fp8-eager", "small-model-quant"})
+_PER_MODULE = frozenset({"FqnToConfig", "ModuleFqnToConfig", "AOPerModuleConfig"})

@@ -97,11 +97,29 @@ def _text_item(item: Finding | AuditNote, color: bool) -> list[str]:
     else:
         head = f"  {where:<12} {mood} {item.kind} (audit note): {NOTE_KINDS[item.kind]}"
     out = [head, f"{'':15}{item.message}", f"{'':15}fix: {item.fix}"]
+    loop = _loop_text(item)
+    if loop:
+        out.append(f"{'':15}loop: {loop}")
     if isinstance(item, Finding) and item.impact is not None:
         impact = _impact_text(item.impact)
         if impact:
             out.append(f"{'':15}impact: {impact}")
     return out
+
+
+def _loop_text(item: Finding | AuditNote) -> str:
+    """Where the loop that repeats a call is (``line 13``, ``cell 6, line 2``), as JSON's
+    ``loop_line`` says; empty when the finding has none."""
+    details = dict(item.details) if isinstance(item, Finding) else {}
+    line = details.get("loop_line")
+    if line is None:
+        return ""
+    cell = details.get("loop_cell")
+    where = f"cell {cell}, line {line}" if cell is not None else f"line {line}"
+    over = details.get("loop_over")
+    return (
+        f"{where} ({details.get('loop_kind', 'loop')} over `{shown(str(over))}`)" if over else where
+    )
 
 
 def _impact_text(impact: Impact) -> str:

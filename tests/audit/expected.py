@@ -21,7 +21,8 @@ EXPECTED: dict[str, list[tuple]] = {
     "fp8_eager.py": [("fp8-eager", 5)],
     "fp8_regex_compile_only.py": [("fp8-eager", 10)],  # re.compile is not torch.compile
     "fp8_string_quant_type.py": [("fp8-eager", 7)],  # quant_type string via a constant
-    "generate_comprehension.py": [("batch-size-one", 6)],
+    "generate_comprehension.py": [],  # two literal prompts: not a serving pattern (issue 16)
+    "generate_comprehension_data.py": [("batch-size-one", 7)],  # prompts read from a file
     "generate_helper_called_in_loop.py": [("batch-size-one", 9)],  # helper called from a loop
     "generate_loop.py": [("batch-size-one", 15)],
     "int8_default_config.py": [("int8-mixed", 7)],
@@ -53,6 +54,41 @@ EXPECTED: dict[str, list[tuple]] = {
     "vllm_bnb_small.py": [("small-model-quant", 3)],
     "vllm_fp8.py": [],  # vLLM's fp8 is not torchao's eager path
     "vram_70b_fp16.py": [],  # needs a GPU to judge (see EXPECTED_T4)
+    # issue 16: the patterns people write (batch-size-one)
+    "pipeline_keydataset_default.py": [("batch-size-one", 11)],  # KeyDataset, default batch 1
+    "pipeline_dataset_batched.py": [],  # batch_size=16 over the dataset; one single prompt
+    "dataframe_progress_apply.py": [("batch-size-one", 23)],  # progress_apply(helper)
+    "dataframe_apply_lambda.py": [("batch-size-one", 11)],  # apply(lambda row: helper(...))
+    "range_step_one_at_call.py": [("batch-size-one", 15)],  # batch_size=1 at the call site
+    "range_step_constant_one.py": [("batch-size-one", 15)],  # BATCH_SIZE = 1 slices one item
+    "range_step_from_caller_batched.py": [],  # default 1, but the caller passes 32
+    # 3 warm-up calls, 3 and 2 literal prompts stay silent; the 10-prompt list does not
+    "literal_prompt_lists.py": [("batch-size-one", 34)],
+    # small-model-quant: AWQ / GPTQ
+    "awq_config_small.py": [("small-model-quant", 7)],
+    "gptq_config_small.py": [("small-model-quant", 8)],
+    "gptq_checkpoint_by_name.py": [("small-model-quant", 6)],  # -GPTQ-Int4 0.5B; 13B is fine
+    "autoawq_from_quantized.py": [("small-model-quant", 6)],
+    "autoawq_quantize_script.py": [],  # loads 16-bit only to convert and save
+    "autogptq_from_quantized_large.py": [],  # 13B
+    # AWQ 1.5B and GPTQ 0.5B; vLLM fp8 has no measured crossover; 70B is fine
+    "vllm_awq_gptq_small.py": [("small-model-quant", 5), ("small-model-quant", 8)],
+    "pipeline_small_model_4bit.py": [("small-model-quant", 3)],
+    # fp8-eager through per-module mappings
+    "fp8_fqn_to_config.py": [("fp8-eager", 9)],
+    "fp8_module_fqn_mapping.py": [("fp8-eager", 10)],
+    "fqn_int8_only.py": [],  # int8 weight-only entries only
+    # an 8-bit config never passed to anything, beside the 4-bit one that is used
+    "unused_int8_config_beside_nf4.py": [("small-model-quant", 12)],
+    # notes: other libraries' from_pretrained, load_in_8bit=False, training setups
+    "unsloth_qlora.py": [],
+    "load_in_8bit_false_kwarg.py": [],
+    "training_model_setup.py": [],  # comment says training
+    # need a GPU to judge (see EXPECTED_T4 / EXPECTED_A100)
+    "torchao_int4_14b.py": [],
+    "moe_llama4_scout.py": [],
+    "moe_mixtral_fp16.py": [],
+    "moe_qwen3_30b_a3b.py": [],
 }
 
 # The same files audited with --gpu T4 (Turing, 16 GB): only the files whose answer changes.
@@ -63,6 +99,12 @@ EXPECTED_T4: dict[str, list[tuple]] = {
     "large_model_nf4.py": [("vram-overflow", 10)],
     "small_model_nf4.py": [("small-model-quant", 9)],
     "int8_threshold_zero.py": [],  # 8B in int8 is ~8 GB: fits
+    # Qwen2.5-14B as torchao int4 is ~8 GB of weights: fits (priced as int4, not bf16)
+    "torchao_int4_14b.py": [("bf16-unsupported", 5)],
+    # MoE models are sized by their total parameters (109B, ~47B, 30B), not the active ones
+    "moe_llama4_scout.py": [("vram-overflow", 6)],
+    "moe_mixtral_fp16.py": [("vram-overflow", 6)],
+    "moe_qwen3_30b_a3b.py": [("vram-overflow", 5)],
 }
 
 # With --gpu A100 (Ampere, 80 GB): bf16 is native, 70B fp16 (141 GB) does not fit.
@@ -70,4 +112,8 @@ EXPECTED_A100: dict[str, list[tuple]] = {
     "bf16_dtype.py": [],
     "vram_70b_fp16.py": [("vram-overflow", 4)],
     "large_model_nf4.py": [],
+    "torchao_int4_14b.py": [],
+    "moe_llama4_scout.py": [("vram-overflow", 6)],  # 109B in fp16 is ~218 GB
+    "moe_mixtral_fp16.py": [("vram-overflow", 6)],  # ~47B in fp16 is ~93 GB
+    "moe_qwen3_30b_a3b.py": [],  # 30B in fp16 is ~60 GB (+ overhead): fits
 }

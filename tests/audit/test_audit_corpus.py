@@ -105,3 +105,35 @@ def test_examples_directory_gives_its_expected_findings(findings_by_file):
     assert found == {
         "serve.py": [("batch-size-one", 21), ("int8-mixed", 9)],
     }
+
+
+def test_precision_and_recall_on_the_hand_labelled_corpus(expected, findings_by_file, scores):
+    """Issue 16's measure: every hand label, without a GPU and with --gpu T4 / A100. The
+    per-file test above asks for the exact answer; this one states the rates (and names the
+    rule that slips, should one)."""
+    tables = [expected.EXPECTED, expected.EXPECTED_T4, expected.EXPECTED_A100]
+    found = [
+        findings_by_file(audit_paths([CORPUS])),
+        findings_by_file(audit_paths([CORPUS / n for n in expected.EXPECTED_T4], gpu="T4")),
+        findings_by_file(audit_paths([CORPUS / n for n in expected.EXPECTED_A100], gpu="A100")),
+    ]
+    result = scores(found, tables)
+    assert result["true_positives"] >= 50  # every pattern of issue 16 has positives
+    slipping = {rule: c for rule, c in result["per_rule"].items() if c[1] or c[2]}
+    assert result["precision"] >= 0.97, slipping
+    assert result["recall"] >= 0.95, slipping
+
+
+def test_scores_count_misses_and_false_alarms(scores):
+    """The scorer itself: one hit, one miss, one extra finding."""
+    result = scores(
+        [{"a.py": [("batch-size-one", 3), ("int8-mixed", 9)]}],
+        [{"a.py": [("batch-size-one", 3), ("small-model-quant", 5)], "b.py": []}],
+    )
+    assert (result["true_positives"], result["false_positives"], result["false_negatives"]) == (
+        1,
+        1,
+        1,
+    )
+    assert result["precision"] == 0.5 and result["recall"] == 0.5
+    assert result["per_rule"]["int8-mixed"] == (0, 1, 0)
