@@ -29,6 +29,8 @@ from ecoguard.findings import Finding, Location
 _AT_CONFIG = frozenset({"int8-mixed", "fp8-eager"})
 # Findings whose fix names the load call (reworded to the call the code used).
 _AT_LOAD = frozenset({"small-model-quant", "fp8-eager", "bf16-unsupported"})
+# Rules that need the model's size.
+_NEEDS_SIZE = frozenset({"small-model-quant", "vram-overflow"})
 
 
 class AuditTimeLimitError(UsageError):
@@ -201,7 +203,12 @@ def _evaluate(site: Site) -> list[Finding]:
             for found in evaluate(sized, only=("vram-overflow",)):
                 findings.append(_relabelled(found, f"{proxy} weights", f"{label} weights"))
                 findings[-1] = _relabelled(findings[-1], f"({proxy})", f"({label})")
-    return [f for f in findings if f.rule not in site.unknown]
+    unknown = site.unknown
+    if site.deployment.model.id and moe_total_b(site.deployment.model.id) == (None, True):
+        # An MoE whose total is not known: the size in its name may be the active count,
+        # which the rules would otherwise read from the name themselves.
+        unknown = unknown | _NEEDS_SIZE
+    return [f for f in findings if f.rule not in unknown]
 
 
 def _relabelled(finding: Finding, old: str, new: str) -> Finding:
