@@ -170,8 +170,8 @@ class Extractor:
                 self._from_pretrained(call)
             elif name == "pipeline":
                 self._pipeline(call)
-            elif name == "LLM" and self._is_vllm(call):
-                self._vllm(call)
+            elif name in ("LLM", "Engine") and self._engine_of(call):
+                self._engine(call, self._engine_of(call))  # type: ignore[arg-type]
             elif name == "quantize_":
                 self._quantize(call)
             elif name == "from_quantized":
@@ -313,35 +313,58 @@ class Extractor:
             ("# no quantization_config", "# no quantization_config in model_kwargs"),
         )
 
-    def _vllm(self, call: ast.Call) -> None:
-        """``LLM(...)``: its keywords are vLLM engine arguments, mapped by the module launch
-        files and the vLLM plugin use (``ecoguard.engines.engine_args``)."""
+    def _engine(self, call: ast.Call, engine: str) -> None:
+        """vLLM's ``LLM(...)`` or SGLang's ``Engine(...)``: keywords that are engine arguments,
+        mapped as launch files and the vLLM plugin map them
+        (``ecoguard.engines.engine_args``)."""
+        names = _ENGINE_KWARGS[engine]
         kwargs = self.index.keyword_nodes(call)
-        model_expr = call.args[0] if call.args else kwargs.get("model")
+        model_expr = call.args[0] if call.args else kwargs.get(names["model"])
         model = self._model(model_expr)
         method = self.index.constant(kwargs.get("quantization"))
-        eager = self.index.constant(kwargs.get("enforce_eager"))
+        eager = self.index.constant(kwargs.get(names["enforce_eager"]))
+        seqs = self.index.constant(kwargs.get(names["max_num_seqs"]))
+        parallel = self.index.constant(kwargs.get(names["tensor_parallel_size"]))
         config = EngineConfig(
-            engine="vllm",
+            engine=engine,
             model=self.index.constant(model_expr) if model.id else None,  # type: ignore[arg-type]
             quantization=method if isinstance(method, str) else None,
             dtype=self._dtype(kwargs.get("dtype")),
             enforce_eager=eager if isinstance(eager, bool) else None,
+            max_num_seqs=seqs if type(seqs) is int else None,
+            tensor_parallel_size=parallel if type(parallel) is int else None,
         )
         facts = engine_deployment(config, gpu=self.gpu, resolve_model=lambda _: model)
         unknown = set(facts.unknown)
         if method is UNKNOWN and "quantization" in kwargs:
             unknown.update({"small-model-quant", "int8-mixed", "fp8-eager"})
-        # batch-size-one's wording is the generate loop's; LLM(max_num_seqs=1) is not judged here.
+        callee = self.index.callee(call)
+        seqs_name = names["max_num_seqs"]
+        bs1 = (
+            (
+                "message",
+                f"{callee}({seqs_name}=1) lets the engine run one sequence at a time, so every "
+                f"generated token pays for a full pass over the weights that a batch of "
+                "concurrent requests would share.",
+            ),
+            ("fix", f"{callee}(..., {seqs_name}=256)  # or drop {seqs_name}: the engine batches"),
+            ("fix_summary", f"raise {seqs_name} above 1"),
+        )
         site = Site(
-            "vllm",
+            engine,
             call,
             facts.deployment,
             unknown=frozenset(unknown),
             details=facts.details[1:],
+            wording=(("batch-size-one", bs1),),
             fix_replace=(
-                ("AutoModelForCausalLM.from_pretrained(model_id, ", "LLM(model=model_id, "),
+                (
+                    "AutoModelForCausalLM.from_pretrained(model_id, ",
+                    f"{callee}({names['model']}=model_id, ",
+                ),
                 ("# no quantization_config", "# the 16-bit checkpoint, no quantization="),
+                ("torch.bfloat16", '"bfloat16"'),
+                ("torch.float16", '"float16"'),
             ),
         )
         self.out.sites.append(site)
@@ -572,7 +595,7 @@ class Extractor:
             f"{where} is called {_per_item_text(per_item, self.line_label)}, one prompt per "
             f"call, {_BS1_TAIL}"
         )
-        fix = _WHILE_FIX if per_item.kind == "while" else _BATCH_FIX
+        fix = _WHILE_FIX if per_item.kind in ("while", "handler") else _BATCH_FIX
         self._bs1_site("generate", call, per_item, message, fix)
 
     def _pipeline_call(self, call: ast.Call, construction: ast.Call) -> None:
@@ -755,9 +778,13 @@ class Extractor:
         value = self.index.constant(kwargs.get("use_cache")) if "use_cache" in kwargs else None
         return value if isinstance(value, bool) else None
 
-    def _is_vllm(self, call: ast.Call) -> bool:
+    def _engine_of(self, call: ast.Call) -> str | None:
+        """``vllm`` for vLLM's ``LLM``, ``sglang`` for SGLang's ``Engine``; None otherwise."""
         qualified = self.index.qualified_name(call.func) or ""
-        return qualified.startswith("vllm.")
+        for engine, class_name in (("vllm", "LLM"), ("sglang", "Engine")):
+            if qualified.startswith(f"{engine}.") and qualified.endswith(f".{class_name}"):
+                return engine
+        return None
 
     def _assigned_name(self, call: ast.Call) -> str | None:
         parent = self.index.parent.get(call)
@@ -821,6 +848,8 @@ def _per_item_text(per_item: PerItem, label: Callable[[int | None], str]) -> str
     if per_item.kind == "while":
         bound = ", which has no end condition" if per_item.unbounded else ""
         return f"once per turn of the while loop at {line}{bound}"
+    if per_item.kind == "handler":
+        return f"once per request to the web route declared at {line}"
     if per_item.kind == "apply":
         return f"once per row or element of `{per_item.over}` (per-item call at {line})"
     if per_item.kind == "map":
@@ -861,4 +890,19 @@ def _vram_proxy(deployment: Deployment) -> tuple[str, str] | None:
 
 
 _TORCHAO_RULES = frozenset({"fp8-eager", "small-model-quant"})
+# Python keyword per engine setting (vLLM's LLM(...), SGLang's Engine(...)).
+_ENGINE_KWARGS = {
+    "vllm": {
+        "model": "model",
+        "enforce_eager": "enforce_eager",
+        "max_num_seqs": "max_num_seqs",
+        "tensor_parallel_size": "tensor_parallel_size",
+    },
+    "sglang": {
+        "model": "model_path",
+        "enforce_eager": "disable_cuda_graph",
+        "max_num_seqs": "max_running_requests",
+        "tensor_parallel_size": "tp_size",
+    },
+}
 _PER_MODULE = frozenset({"FqnToConfig", "ModuleFqnToConfig", "AOPerModuleConfig"})

@@ -24,6 +24,8 @@ SLICE, BATCH_STORE, STDIN = 1, 2, 4
 PER_ITEM_METHODS = frozenset(
     {"apply", "progress_apply", "parallel_apply", "map", "progress_map", "applymap", "transform"}
 )
+# Decorators that make a function a web handler (FastAPI, Flask, Starlette-style routers).
+ROUTE_DECORATORS = frozenset({"post", "get", "put", "route", "api_route", "websocket"})
 # Calls that build a data collection a pipeline iterates over item by item.
 DATASET_CALLS = frozenset(
     {
@@ -54,7 +56,7 @@ class PerItem:
     function is called."""
 
     node: ast.AST
-    kind: str  # for, while, comprehension, apply, map
+    kind: str  # for, while, comprehension, apply, map, handler, pipeline
     over: str | None
     items: int | None
     via: str | None = None
@@ -118,6 +120,10 @@ class Loops:
 
     def _helper_caller(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> PerItem | None:
         name = function.name
+        route = _route(function)
+        if route is not None:
+            # A web handler (FastAPI, Flask): the server calls it once per request.
+            return PerItem(route, "handler", None, None, name)
         for node in self.calls_by_name.get(name, ()):
             found = self._direct(node)
             if found is not None:
@@ -388,6 +394,15 @@ class Loops:
             if isinstance(base, ast.Call) and self.index.callee(base) in DATASET_CALLS:
                 return PerItem(expr, "pipeline", _text(expr), None)
         return None
+
+
+def _route(function: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.expr | None:
+    """The ``@app.post(...)``-style decorator that makes ``function`` a web handler."""
+    for decorator in function.decorator_list:
+        func = decorator.func if isinstance(decorator, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr in ROUTE_DECORATORS:
+            return decorator
+    return None
 
 
 def _via(found: PerItem, name: str) -> PerItem:

@@ -117,9 +117,8 @@ def _loop_text(item: Finding | AuditNote) -> str:
     cell = details.get("loop_cell")
     where = f"cell {cell}, line {line}" if cell is not None else f"line {line}"
     over = details.get("loop_over")
-    return (
-        f"{where} ({details.get('loop_kind', 'loop')} over `{shown(str(over))}`)" if over else where
-    )
+    kind = details.get("loop_kind", "loop")
+    return f"{where} ({kind} over `{shown(str(over))}`)" if over else f"{where} ({kind})"
 
 
 def _impact_text(impact: Impact) -> str:

@@ -253,3 +253,46 @@ def test_json_output_of_the_whole_corpus_is_valid(tmp_path):
     data = json.loads(render_json(audit_paths([CORPUS])))
     bs1 = [f for f in data["findings"] if f["rule"] == "batch-size-one"]
     assert bs1 and all("consecutive generate calls" not in f["message"] for f in bs1)
+
+
+# -- engines and servers in Python ----------------------------------------------------------
+
+
+def test_vllm_max_num_seqs_one_in_python_is_worded_as_the_keyword():
+    text = 'from vllm import LLM\nllm = LLM(model="meta-llama/Llama-3.1-8B-Instruct", max_num_seqs=1)\n'
+    (finding,) = audit_source(text, "v.py").findings
+    assert finding.rule == "batch-size-one" and finding.location.line == 2
+    assert finding.message.startswith("LLM(max_num_seqs=1) lets the engine run one sequence")
+    assert finding.fix.startswith("LLM(..., max_num_seqs=256)")
+
+
+def test_sglang_engine_keywords_go_through_the_engine_mapping():
+    text = (
+        "import sglang as sgl\n"
+        'e = sgl.Engine(model_path="Qwen/Qwen2.5-0.5B-Instruct", quantization="gptq")\n'
+        'big = sgl.Engine(model_path="meta-llama/Llama-3.1-70B-Instruct", tp_size=2)\n'
+        "from mylib import Engine\n"
+        'other = Engine(model_path="Qwen/Qwen2.5-0.5B-Instruct", quantization="gptq")\n'
+    )
+    (finding,) = audit_source(text, "s.py").findings
+    assert (finding.rule, finding.location.line) == ("small-model-quant", 2)
+    assert finding.fix.startswith('Engine(model_path=model_id, dtype="')
+    overflow = audit_source(text, "s.py", gpu="A100").findings
+    # 70B in 16-bit over two 80 GB GPUs fits: tp_size is read
+    assert all(f.rule != "vram-overflow" for f in overflow)
+
+
+def test_a_flask_route_generating_per_request_is_batch_size_one():
+    body = """\
+    from flask import Flask, request
+    app = Flask(__name__)
+    @app.route("/complete", methods=["POST"])
+    def complete():
+        return {"out": model.generate(**tok(request.json["prompt"], return_tensors="pt"))}
+    def not_a_route(prompt):
+        return model.generate(**tok(prompt, return_tensors="pt"))
+    """
+    (finding,) = _audit(body).findings
+    assert finding.location.line == 8
+    assert "once per request to the web route declared at line 6" in finding.message
+    assert "loop: line 6 (handler)" in render_text(audit_source(HEAD + textwrap.dedent(body)))
