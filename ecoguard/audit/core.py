@@ -128,10 +128,11 @@ def _audit_text(
         )
         return result
     seen: set[tuple[str, int | None, int | None, int | None]] = set()
+    judged: dict[tuple, list[Finding]] = {}
     for site in extraction.sites:
         if check is not None:
             check()
-        for finding in _evaluate(site):
+        for finding in _evaluate(site, judged):
             anchor = (
                 site.config_node if finding.rule in _AT_CONFIG and site.config_node else site.node
             )
@@ -187,7 +188,16 @@ def _worded(finding: Finding, site: Site, text: Text) -> Finding:
     return replace(finding, details=details) if details != finding.details else finding
 
 
-def _evaluate(site: Site) -> list[Finding]:
+def _evaluate(site: Site, judged: dict[tuple, list[Finding]]) -> list[Finding]:
+    """The rules' findings for one site. Sites with the same facts (thousands of generate
+    calls in one loop) are judged once: ``judged`` holds the answers of this audit."""
+    key = (site.deployment, site.only, site.vram_precision, site.unknown)
+    if key not in judged:
+        judged[key] = _judge(site)
+    return judged[key]
+
+
+def _judge(site: Site) -> list[Finding]:
     from ecoguard.rules import RULE_IDS, evaluate
 
     if site.vram_precision is None:

@@ -78,6 +78,7 @@ class Loops:
         self._loops: dict[ast.AST, ast.AST | None] | None = None
         self._batched: dict[ast.AST, bool] = {}
         self._helper: dict[ast.AST, PerItem | None] = {}
+        self._described: dict[ast.AST, PerItem] = {}
         self._holds: dict[ast.AST, int] | None = None
         self.calls_by_name: dict[str, list[ast.Call]] = {}
         # Function name -> calls that pass it by name (``df.apply(helper)``, ``map(helper, xs)``).
@@ -193,6 +194,12 @@ class Loops:
         return loops[node]
 
     def describe(self, loop: ast.AST) -> PerItem:
+        """What ``loop`` iterates, once per loop however many calls it holds."""
+        if loop not in self._described:
+            self._described[loop] = self._describe(loop)
+        return self._described[loop]
+
+    def _describe(self, loop: ast.AST) -> PerItem:
         if isinstance(loop, ast.While):
             return PerItem(loop, "while", None, None, unbounded=_forever(loop))
         if isinstance(loop, ast.For | ast.AsyncFor):
