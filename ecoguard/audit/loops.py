@@ -17,7 +17,10 @@ from ecoguard.audit.index import UNKNOWN, ModuleIndex
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # What a subtree holds (bits of Loops.holds).
-SLICE, BATCH_STORE, STDIN = 1, 2, 4
+SLICE, BATCH_STORE, STDIN, DRAIN = 1, 2, 4, 8
+# Queue reads whose results, appended in a loop of their own, make a batch (a serving worker
+# draining its queue: ``while ...: pending.append(q.get_nowait())``).
+_QUEUE_READS = frozenset({"get", "get_nowait", "popleft", "pop", "recv"})
 
 # Methods that call their function argument once per element or row (pandas, datasets,
 # tqdm's pandas hook, swifter/pandarallel), and the builtin ``map``.
@@ -274,7 +277,7 @@ class Loops:
         # serving loop that drains a queue into a named batch is batched.
         holds = self.holds()
         body = loop.body if isinstance(loop, ast.For | ast.AsyncFor | ast.While) else [loop]
-        marks = (SLICE, BATCH_STORE) if isinstance(loop, ast.While) else (SLICE,)
+        marks = (SLICE, BATCH_STORE, DRAIN) if isinstance(loop, ast.While) else (SLICE,)
         return any(holds.get(statement, 0) & mark for statement in body for mark in marks)
 
     def range_step(self, iterable: ast.expr) -> object:
@@ -369,6 +372,10 @@ class Loops:
                 ):
                     mark = STDIN
                 current: ast.AST | None = node
+                if self._drains(node):
+                    # Marked from the loop that does the draining upwards: the loop around
+                    # it (whose body holds that loop) is the one that turns with a batch.
+                    mark, current = DRAIN, self.enclosing_loop(node)
                 # Climb while the mark is news: each node gains each bit once, so the
                 # whole pass stays linear in the size of the module.
                 while mark and current is not None and marks.get(current, 0) & mark != mark:
@@ -376,6 +383,19 @@ class Loops:
                     current = self.index.parent.get(current)
             self._holds = marks
         return self._holds
+
+    def _drains(self, node: ast.AST) -> bool:
+        """``pending.append(q.get_nowait())`` (or ``extend``) inside a loop."""
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("append", "extend")
+            and len(node.args) == 1
+            and isinstance(node.args[0], ast.Call)
+            and self.index.callee(node.args[0]) in _QUEUE_READS
+        ):
+            return False
+        return self.enclosing_loop(node) is not None
 
     # -- collections a pipeline is given ------------------------------------------------
 

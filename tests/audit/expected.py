@@ -108,6 +108,17 @@ EXPECTED: dict[str, list[tuple]] = {
     "apply_chat_template_list.py": [],  # all questions in one padded call
     "moe_vllm_mixtral.py": [],  # needs a GPU to judge
     "small_int8_eval.py": [("small-model-quant", 4)],  # pure int8 still dequantizes
+    # a second set written and labelled after all the fixes above, before running them
+    # (P 0.86, R 1.00: the queue-draining worker was a false alarm, then fixed)
+    "hf_dataset_map_generate.py": [("batch-size-one", 9)],  # datasets .map(lambda ...)
+    "vllm_offline_batch.py": [("batch-size-one", 7)],  # llm.generate([p]) per prompt
+    "bnb_8bit_threshold_dict_kwargs.py": [("int8-mixed", 4)],
+    "t5_seq2seq_loop.py": [("batch-size-one", 10)],
+    "threadpool_generate.py": [("batch-size-one", 8)],  # pool.map: one prompt per call
+    "tgi_client.py": [],  # a remote server's client: its batching is the server's
+    "small_model_fp16.py": [],  # three literal prompts, no quantization
+    "awq_llm_kwargs_dict.py": [("small-model-quant", 4)],  # LLM(**engine_args)
+    "while_queue_batch.py": [],  # drains the queue into one padded batch per turn
 }
 
 # The same files audited with --gpu T4 (Turing, 16 GB): only the files whose answer changes.

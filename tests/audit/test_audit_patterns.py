@@ -296,3 +296,24 @@ def test_a_flask_route_generating_per_request_is_batch_size_one():
     assert finding.location.line == 8
     assert "once per request to the web route declared at line 6" in finding.message
     assert "loop: line 6 (handler)" in render_text(audit_source(HEAD + textwrap.dedent(body)))
+
+
+def test_a_worker_draining_its_queue_into_one_call_is_batched():
+    body = """\
+    import queue
+    q = queue.Queue()
+    def worker():
+        while True:
+            pending = [q.get()]
+            while not q.empty() and len(pending) < 16:
+                pending.append(q.get_nowait())
+            model.generate(**tok(pending, return_tensors="pt", padding=True))
+    def streamer(prompts):
+        while prompts:
+            ids = model.generate(**tok(prompts.pop(), return_tensors="pt"))
+            pieces = []
+            for piece in ids:
+                pieces.append(piece)
+    """
+    # the drain makes the worker's turns batches; appending output pieces does not
+    assert _rules(_audit(body)) == [("batch-size-one", 14)]  # the streamer's generate
