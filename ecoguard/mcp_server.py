@@ -272,9 +272,10 @@ def _advise(text: str, base_settings: Any) -> dict[str, Any]:
     from ecoguard.advisor.answers import advise
     from ecoguard.advisor.parse import parse_question
 
-    if parse_question(text).protocol == "audit":
+    if parse_question(text).paths:
         # A question naming paths would make the server read files on its own machine; the
-        # agent has the text, so it sends that.
+        # agent has the text, so it sends that. Code pasted into the question is audited as
+        # text by the advisor (never run), like any other question.
         raise ToolError(
             "advise does not read files: pass the source text to the audit_code tool instead"
         )

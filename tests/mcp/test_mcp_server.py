@@ -253,6 +253,18 @@ async def test_advise_matches_library(session, settings):
     assert out["parsed"]
 
 
+async def test_advise_audits_pasted_code_as_text(session, settings):
+    from ecoguard.advisor import advise
+
+    question = (
+        "audit my code: model = AutoModelForCausalLM.from_pretrained('mistralai/Mistral-7B-v0.1', "
+        "load_in_8bit=True)"
+    )
+    out = await call_ok(session, "advise", {"question": question})
+    assert out == plain(advise(question, settings=settings).to_dict())
+    assert "int8-mixed" in json.dumps(out)
+
+
 async def test_audit_code_matches_library_and_never_runs_the_code(session, tmp_path):
     from ecoguard.audit import audit_source
 
