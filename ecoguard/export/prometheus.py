@@ -345,6 +345,11 @@ class GenerationAggregates:
         self._unsubscribers: list[Callable[[], None]] = []
 
     # -- wiring ---------------------------------------------------------------------------
+    def _relock(self) -> None:
+        """Fresh locks after a fork (the parent's may have been held by one of its threads)."""
+        self._lock = threading.Lock()
+        self._labels._lock = threading.Lock()
+
     def subscribe(self) -> None:
         """Start receiving records and findings. Idempotent."""
         with self._lock:
@@ -1162,6 +1167,16 @@ class MetricsServer:
     def __repr__(self) -> str:
         return f"MetricsServer({self.url!r}, running={self.running})"
 
+    def _abandon_in_child(self) -> None:
+        """In a forked child: the serving thread is the parent's, so only close this process'
+        copies of the sockets (the port stays the parent's alone) and mark it stopped."""
+        self._stopped = True
+        for close in (self._httpd.socket.close, self._httpd.close_connections):
+            try:
+                close()
+            except OSError:
+                pass
+
 
 def serve_registry(addr: str, port: int, registry: CollectorRegistry) -> MetricsServer:
     """Serve ``registry`` on ``addr:port`` (0: any free port). Raises OSError if it cannot bind."""
@@ -1172,11 +1187,38 @@ def serve_registry(addr: str, port: int, registry: CollectorRegistry) -> Metrics
 _server_lock = threading.Lock()
 _server: MetricsServer | None = None
 _aggregates: GenerationAggregates | None = None
+_fork_hook_registered = False
+
+
+def _register_fork_hook() -> None:
+    """Once per process, when metrics start (never at import)."""
+    global _fork_hook_registered
+    if _fork_hook_registered or not hasattr(os, "register_at_fork"):
+        return
+    _fork_hook_registered = True
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child of a process with metrics: fresh locks (one held by a parent thread at
+    the fork would deadlock the child's first record or install()), the parent's server
+    forgotten and its listening socket closed here, so install(metrics_port=...) in the child
+    starts its own and uninstall() never waits for a thread the child does not have."""
+    global _server_lock, _start_lock, _worker_lock, _server
+    _server_lock = threading.Lock()
+    _start_lock = threading.Lock()
+    _worker_lock = threading.Lock()
+    server, _server = _server, None
+    if server is not None:
+        server._abandon_in_child()
+    if _aggregates is not None:
+        _aggregates._relock()
 
 
 def process_aggregates() -> GenerationAggregates:
     """The process-wide aggregates behind the in-process /metrics, subscribed on first use."""
     global _aggregates
+    _register_fork_hook()
     with _server_lock:
         if _aggregates is None:
             _aggregates = GenerationAggregates()
@@ -1202,6 +1244,7 @@ def start_metrics_server(
     A port already in use (or any other bind failure) is logged as an error naming the address
     and the way out, and returns None: metrics are an extra, never a reason for the app to stop.
     """
+    _register_fork_hook()
     # One starter at a time: two concurrent callers must not both bind a server (one leaking).
     with _start_lock:
         return _start_metrics_server(settings, meter, registry, aggregates)

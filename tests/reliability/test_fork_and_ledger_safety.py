@@ -667,3 +667,70 @@ def test_forked_workers_write_their_metrics_for_the_sidecar(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "child 0 requests 4 child_files True" in out.stdout, out.stdout + out.stderr[-2000:]
     assert sum(_labels(path).values()) == 4
+
+
+_LOCKED_AT_FORK_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, socket, threading, time, urllib.request
+    import ecoguard
+    from ecoguard.energy import CallInfo, get_meter
+    from ecoguard.export import prometheus
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    ecoguard.install(backend="simulated", ledger_path={path!r}, metrics_port=port)
+    aggregates = prometheus.process_aggregates()
+    held, release = threading.Event(), threading.Event()
+
+    def hold():  # a parent thread inside the aggregates (and the server lock) at the fork
+        with prometheus._server_lock, aggregates._lock:
+            held.set()
+            release.wait(10)
+
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait(5)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)  # a deadlocked child ends by itself (exit by SIGALRM, not 0)
+        meter = get_meter()
+        window = meter.begin(devices=None, info=CallInfo(model_name="m"))
+        meter.end(window, tokens=1, requests=1)  # observed under the aggregates lock
+        ecoguard.uninstall()
+        ecoguard.install(backend="simulated", ledger_path={path!r}, metrics_port=0)
+        own = prometheus._server
+        url = own.url if own is not None else None
+        ok = url is not None and own.port != port
+        if ok:
+            ok = b"ecoguard_" in urllib.request.urlopen(url, timeout=10).read()
+        ecoguard.uninstall()
+        os._exit(0 if ok else 3)
+    release.set()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    body = urllib.request.urlopen(f"http://127.0.0.1:{{port}}/metrics", timeout=10).read()
+    print("child", code, "parent served", b"ecoguard_" in body)
+    ecoguard.uninstall()
+    """
+)
+
+
+def test_a_child_forked_while_a_metrics_lock_is_held_neither_deadlocks_nor_borrows_the_server(
+    tmp_path,
+):
+    """Locks held by a parent thread at the fork are replaced in the child: its first record
+    and its own install(metrics_port=0) go through, it serves on its own port, and the parent
+    keeps serving on its port."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("ECOGUARD_") and k != "PROMETHEUS_MULTIPROC_DIR"
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _LOCKED_AT_FORK_SCRIPT.format(path=str(tmp_path / "l.sqlite"))],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "child 0 parent served True" in out.stdout, out.stdout + out.stderr[-2000:]
