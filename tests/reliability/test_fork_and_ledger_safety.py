@@ -159,7 +159,7 @@ def test_fork_while_parent_threads_hold_the_meter_and_ledger_busy(tmp_path):
         codes = []
         for i in range(20):
             body = lambda i=i: (_produce(5, f"child-{i}"), get_ledger().flush(10.0))[1]  # noqa: E731
-            codes.append(_wait_child(_fork(body), timeout_s=20.0))
+            codes.append(_wait_child(_fork(body), timeout_s=55.0))
     finally:
         stop.set()
         thread.join(10)
