@@ -6,7 +6,20 @@ method unwrapped, alternating rounds in one run so both see the same machine sta
 object is registered with the guard first, as after a guarded ``from_pretrained``; inputs are
 batch size 4 (so no batch-size-one streak builds up). No torch needed.
 
+Real models (warn, meter on, no GPU backend), with ``--real``: tiny Llama models built from a
+``LlamaConfig`` (2 and 32 layers, hidden size 16, random weights), ``generate`` with
+``min_new_tokens`` = ``max_new_tokens`` = 2, batch size 2, one torch thread. Two figures, both
+in thread CPU time (``time.thread_time``):
+
+- A/B/A: rounds of unguarded, guarded, unguarded calls (install/uninstall between rounds); the
+  guard's cost is guarded minus the mean of the two unguarded rounds around it. A generate call
+  here costs milliseconds, so this difference is within the noise of a shared machine.
+- isolated: the guard's own CPU per call: the CPU spent outside the real ``generate`` (timed
+  from inside the guard's wrapper) in guarded rounds, minus the same in the unguarded rounds
+  around them, so the noise of the model's own work drops out.
+
     .venv/bin/python benchmarks/guard_overhead.py [--calls 200000] [--rounds 7]
+    .venv/bin/python benchmarks/guard_overhead.py --real [--real-calls 40] [--real-rounds 3]
 """
 
 from __future__ import annotations
@@ -14,6 +27,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 import wrapt
 
@@ -42,12 +56,7 @@ def _time(fn, inputs, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
-
+def fake_model_overhead(args: argparse.Namespace) -> None:
     install(mode="warn", measure=False)
     try:
         plain_cls = type("Plain", (FakeModel,), {})
@@ -77,6 +86,161 @@ def main() -> None:
         f"(ratio {guarded_us / plain_us:.1f}x on a call that does nothing; "
         f"median of {args.rounds} rounds x {args.calls} calls)"
     )
+
+
+def _tiny_llama(layers: int) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def _real_overhead(layers: int, calls: int, rounds: int) -> dict[str, float]:
+    """Thread-CPU µs per call: unguarded, guarded, A/B/A difference, and the isolated figure."""
+    import torch
+
+    model = _tiny_llama(layers)
+    ids = torch.randint(3, 60, (2, 4), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    from transformers.generation.utils import GenerationMixin
+
+    inner_cpu = [0.0]
+    original = vars(GenerationMixin)["generate"]  # the unpatched function (nothing installed)
+
+    def call() -> None:
+        with torch.no_grad():
+            model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=2,
+                min_new_tokens=2,
+                do_sample=False,
+                pad_token_id=0,
+            )
+
+    def timed_generate(self: Any, *a: Any, **k: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return original(self, *a, **k)
+        finally:
+            inner_cpu[0] += time.thread_time() - start
+
+    # Both kinds of round call a timed copy of the real generate, so the CPU spent inside the real
+    # call is known; guarded rounds wrap it with the guard's own wrapper through wrapt (as the
+    # patch table does), unguarded rounds call it with nothing installed.
+    cls = type(model)
+    guarded_generate = wrapt.FunctionWrapper(timed_generate, wrappers.generate_wrapper)
+
+    def round_cpu(guarded: bool) -> tuple[float, float]:
+        if guarded:
+            install(mode="warn", measure=True)
+            cls.generate = guarded_generate
+        else:
+            uninstall()
+            cls.generate = timed_generate
+        call()  # uninstall() forgets the model: its one-time analysis is not a per-call cost
+        inner_cpu[0] = 0.0
+        start = time.thread_time()
+        for _ in range(calls):
+            call()
+        total = time.thread_time() - start
+        return total / calls, inner_cpu[0] / calls
+
+    try:
+        round_cpu(True)  # warm up
+        plain, guarded, aba, isolated = [], [], [], []
+        before = round_cpu(False)
+        for _ in range(rounds):
+            total, inner = round_cpu(True)
+            after = round_cpu(False)
+            plain.extend((before[0], after[0]))
+            guarded.append(total)
+            aba.append(total - (before[0] + after[0]) / 2)
+            # CPU outside the real generate, guarded minus unguarded (the caller's loop and
+            # no_grad block cost the same in both and cancel).
+            outside_plain = (before[0] - before[1] + after[0] - after[1]) / 2
+            isolated.append(total - inner - outside_plain)
+            before = after
+    finally:
+        uninstall()
+        del cls.generate
+    return {
+        "path_us": _guard_path_alone(model, ids, mask, calls * 500, rounds),
+        "unguarded_us": statistics.median(plain) * 1e6,
+        "guarded_us": statistics.median(guarded) * 1e6,
+        "aba_us": statistics.median(aba) * 1e6,
+        "isolated_us": statistics.median(isolated) * 1e6,
+    }
+
+
+def _guard_path_alone(model: Any, ids: Any, mask: Any, calls: int, rounds: int) -> float:
+    """Thread-CPU µs the guard adds per call on this real model when the call it wraps does no
+    work (the model's class gets a no-op generate): exact, free of the model's own noise."""
+    cls = type(model)
+
+    def no_op_generate(self: Any, inputs: Any = None, **kwargs: Any) -> Any:
+        return inputs
+
+    guarded_generate = wrapt.FunctionWrapper(no_op_generate, wrappers.generate_wrapper)
+    install(mode="warn", measure=True)
+    try:
+        cls.generate = guarded_generate
+        model.generate(ids, attention_mask=mask, max_new_tokens=2)  # judged once here
+        added = []
+        for _ in range(rounds):
+            timings = []
+            for generate in (no_op_generate, guarded_generate, no_op_generate):
+                cls.generate = generate
+                start = time.thread_time()
+                for _ in range(calls):
+                    model.generate(ids, attention_mask=mask, max_new_tokens=2)
+                timings.append((time.thread_time() - start) / calls)
+            added.append(timings[1] - (timings[0] + timings[2]) / 2)
+    finally:
+        uninstall()
+        del cls.generate
+    return statistics.median(added) * 1e6
+
+
+def real_model_overhead(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from ecoguard.energy import get_meter
+
+    for layers in (2, 32):
+        figures = _real_overhead(layers, args.real_calls, args.real_rounds)
+        print(
+            f"real tiny Llama, {layers:2d} layers: unguarded {figures['unguarded_us']:.0f} µs, "
+            f"guarded {figures['guarded_us']:.0f} µs per call (thread CPU); guard's cost "
+            f"A/B/A {figures['aba_us']:+.1f} µs, isolated {figures['isolated_us']:.1f} µs "
+            f"(median of {args.real_rounds} rounds x {args.real_calls} calls); guard path alone "
+            f"(no-op generate on this model) {figures['path_us']:.2f} µs"
+        )
+    assert get_meter() is None  # the meter the benchmark started is stopped again
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--real", action="store_true", help="also time real tiny models")
+    parser.add_argument("--real-calls", type=int, default=40)
+    parser.add_argument("--real-rounds", type=int, default=3)
+    args = parser.parse_args()
+    fake_model_overhead(args)
+    if args.real:
+        real_model_overhead(args)
 
 
 if __name__ == "__main__":

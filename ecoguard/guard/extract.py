@@ -237,7 +237,8 @@ def facts_from_load_call(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Lo
     return LoadFacts(deployment=deployment, quant_source=source, checkpoint_config=checkpoint)
 
 
-def _first_param(model: Any) -> Any | None:
+def first_parameter(model: Any) -> Any | None:
+    """The model's first parameter (``model.parameters()``), or None when it has none."""
     try:
         return next(iter(model.parameters()))
     except Exception:

@@ -45,6 +45,12 @@ class ModelState:
     eos_token_id: Any = None
     pad_token_id: Any = None
     model_name: str | None = None
+    # The CUDA devices the weights live on, found by a walk over the model once, then reused
+    # while the model's device map object and its first parameter's device stay the same
+    # (``model.to(...)`` moves that parameter; a new ``hf_device_map`` is a new object).
+    devices: tuple[int, ...] | None = None
+    devices_key: tuple[Any, Any] | None = None
+    first_param: Any = None  # weakref to the model's first parameter
 
 
 @dataclass
@@ -325,11 +331,38 @@ def generate_wrapper(
                 meter = runtime.get_meter()
             except Exception as exc:
                 record_fault("guard.meter", exc)
-        if meter is None:
+        if meter is None or not _can_measure(meter):
             return _call(runtime, state, wrapped, instance, args, kwargs)[0]
         return _measured_call(runtime, meter, state, wrapped, instance, args, kwargs)
     finally:
         _generate_depth.reset(token)
+
+
+def _can_measure(meter: Any) -> bool:
+    """False for a meter with no GPU to read (no backend): its window would measure nothing and
+    publish no record, so the call is not opened at all."""
+    tracks = getattr(meter, "tracks", None)
+    return tracks is None or len(tracks) > 0
+
+
+def _devices_for(state: ModelState, model: Any) -> tuple[int, ...] | None:
+    """``extract.model_devices(model)``, walked once per model and reused while neither the
+    device map object nor the first parameter's device changes (checked per call: two attribute
+    reads, whatever the model's size)."""
+    device_map = getattr(model, "hf_device_map", None)
+    param = state.first_param() if state.first_param is not None else None
+    if state.devices_key is not None and param is not None:
+        cached_map, cached_device = state.devices_key
+        if cached_map is device_map and param.device == cached_device:
+            return state.devices
+    state.devices = extract.model_devices(model)
+    param = extract.first_parameter(model)
+    try:
+        state.first_param = weakref.ref(param) if param is not None else None
+    except TypeError:
+        state.first_param = None
+    state.devices_key = (device_map, getattr(param, "device", None))
+    return state.devices
 
 
 def _call(
@@ -392,7 +425,7 @@ def _measured_call(
             deployment=deployment,
             label=None,
         )
-        window = meter.begin(devices=extract.model_devices(instance), info=info)
+        window = meter.begin(devices=_devices_for(state, instance), info=info)
     except Exception as exc:
         record_fault("guard.meter.begin", exc)
     try:

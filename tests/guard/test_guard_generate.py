@@ -183,3 +183,49 @@ def test_fail_open_generate(tiny_llama_dir, fake_meter, monkeypatch):
     assert fault_counts()["guard.generate"] == 2
     uninstall()
     assert torch.equal(sample(model), plain)
+
+
+def test_model_devices_walked_once_per_model_not_per_call(tiny_llama_dir, fake_meter, monkeypatch):
+    from ecoguard.guard import extract
+
+    walks: list[object] = []
+    real_model_devices = extract.model_devices
+
+    def spy(model):
+        walks.append(model)
+        return real_model_devices(model)
+
+    monkeypatch.setattr(extract, "model_devices", spy)
+    install(mode="warn", measure=False)
+    meter = fake_meter()
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    for _ in range(4):
+        model.generate(torch.tensor([[1, 5], [1, 6]]), max_new_tokens=1)
+    assert len(walks) == 1
+    assert [begin["devices"] for begin in meter.begins] == [None] * 4
+    # A new device map (e.g. after dispatching the model again) is seen on the next call.
+    model.hf_device_map = {"": 0}
+    model.generate(torch.tensor([[1, 5], [1, 6]]), max_new_tokens=1)
+    assert len(walks) == 2 and meter.begins[-1]["devices"] == (0,)
+    model.generate(torch.tensor([[1, 5], [1, 6]]), max_new_tokens=1)
+    assert len(walks) == 2 and meter.begins[-1]["devices"] == (0,)
+
+
+def test_meter_with_no_gpu_opens_no_window(tiny_llama_dir, fake_meter, monkeypatch):
+    from ecoguard.guard import extract
+
+    extracted: list[object] = []
+    real_facts = extract.facts_from_generate
+    monkeypatch.setattr(
+        extract,
+        "facts_from_generate",
+        lambda *a, **k: extracted.append(a) or real_facts(*a, **k),
+    )
+    install(mode="warn", measure=False)
+    meter = fake_meter()
+    meter.tracks = []  # a meter with no GPU backend: nothing to measure
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    plain = sample(model)
+    assert meter.begins == [] and meter.ends == [] and extracted == []
+    uninstall()
+    assert torch.equal(plain, sample(model))
