@@ -110,16 +110,7 @@ def resolve_gpu_match(name: str) -> tuple[GpuSpec, NearestProfile | None]:
             vram_gb=card.vram_gb,
         )
         return spec, match
-    return (
-        GpuSpec(
-            profile=profile.key,
-            name=profile.name,
-            architecture=profile.architecture,
-            compute_capability=tuple(profile.compute_capability),  # type: ignore[arg-type]
-            vram_gb=profile.vram_gb,
-        ),
-        None,
-    )
+    return profile.to_gpu_spec(), None
 
 
 def resolve_model_spec(text: str) -> ModelSpec:

@@ -325,16 +325,7 @@ def _gpu_spec(gpu: str | None) -> GpuSpec:
         raise UsageError("empty --gpu; give a GPU name such as T4, A100, rtx4090")
     from ecoguard.knowledge import resolve_gpu
 
-    profile = resolve_gpu(gpu)
-    return GpuSpec(
-        profile=profile.key,
-        name=profile.name,
-        architecture=profile.architecture,
-        compute_capability=tuple(profile.compute_capability)[:2]  # type: ignore[arg-type]
-        if profile.compute_capability
-        else None,
-        vram_gb=profile.vram_gb,
-    )
+    return resolve_gpu(gpu).to_gpu_spec()
 
 
 @lru_cache(maxsize=512)

@@ -256,16 +256,8 @@ def _gpu_from_meter() -> GpuSpec:
 
         meter = get_meter()
         if meter is not None and meter.tracks:
-            profile = resolve_gpu(meter.tracks[0].info.name)
-            return GpuSpec(
-                profile=profile.key,
-                name=meter.tracks[0].info.name,
-                architecture=profile.architecture,
-                compute_capability=tuple(profile.compute_capability)[:2]  # type: ignore[arg-type]
-                if profile.compute_capability
-                else None,
-                vram_gb=profile.vram_gb,
-            )
+            name = meter.tracks[0].info.name
+            return resolve_gpu(name).to_gpu_spec(name=name)
     return GpuSpec()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 
@@ -96,14 +97,13 @@ def doctor_report(*, import_torch: bool = True) -> dict[str, Any]:
             from ecoguard.knowledge import resolve_gpu
 
             profile = resolve_gpu(first["name"])
-            fields.update(
-                profile=profile.key,
-                architecture=profile.architecture,
-                compute_capability=tuple(profile.compute_capability),
-            )
-        except Exception:
-            pass
-        gpu = GpuSpec(count=len(gpus), **fields)
+        except Exception:  # not in the GPU table (or tables absent): the driver's facts only
+            profile = None
+        if profile is None:
+            gpu = GpuSpec(count=len(gpus), **fields)
+        else:  # the table's profile, with the driver's own name and VRAM
+            gpu = profile.to_gpu_spec(name=first["name"], count=len(gpus))
+            gpu = replace(gpu, vram_gb=first["vram_gb"])
     deployment = Deployment(software=versions, gpu=gpu)
     findings = evaluate(deployment)
     return {

@@ -49,24 +49,17 @@ def is_interactive() -> bool:
     return False
 
 
-def _profile_fields(name: str | None) -> dict[str, Any]:
-    """Profile key, architecture, compute capability and VRAM from the knowledge GPU table."""
+def _profile(name: str | None) -> Any:
+    """The knowledge table's GpuProfile for ``name``, or None (unknown GPU or tables absent:
+    the caller keeps what the driver said)."""
     if not name:
-        return {}
+        return None
     try:
         from ecoguard.knowledge import resolve_gpu
 
-        profile = resolve_gpu(name)
-    except Exception:  # unknown GPU or tables absent: keep what the driver said
-        return {}
-    return {
-        "profile": profile.key,
-        "architecture": profile.architecture,
-        "compute_capability": tuple(profile.compute_capability)
-        if profile.compute_capability
-        else None,
-        "vram_gb": profile.vram_gb,
-    }
+        return resolve_gpu(name)
+    except Exception:
+        return None
 
 
 def _gpu_from_meter() -> GpuSpec | None:
@@ -81,9 +74,10 @@ def _gpu_from_meter() -> GpuSpec | None:
     if not states:
         return None
     first = states[0]
-    fields = _profile_fields(getattr(first, "profile", None) or first.name)
-    fields["name"] = first.name
-    return GpuSpec(count=len(states), **fields)
+    profile = _profile(getattr(first, "profile", None) or first.name)
+    if profile is None:
+        return GpuSpec(name=first.name, count=len(states))
+    return profile.to_gpu_spec(name=first.name, count=len(states))
 
 
 def _gpu_from_torch() -> GpuSpec | None:
@@ -94,11 +88,15 @@ def _gpu_from_torch() -> GpuSpec | None:
         return None
     count = torch.cuda.device_count()
     props = torch.cuda.get_device_properties(0)
-    fields = _profile_fields(props.name)
-    fields.setdefault("compute_capability", (props.major, props.minor))
-    fields.setdefault("vram_gb", props.total_memory / 1e9)
-    fields["name"] = props.name
-    return GpuSpec(count=count, **fields)
+    profile = _profile(props.name)
+    if profile is not None:
+        return profile.to_gpu_spec(name=props.name, count=count)
+    return GpuSpec(
+        name=props.name,
+        count=count,
+        compute_capability=(props.major, props.minor),
+        vram_gb=props.total_memory / 1e9,
+    )
 
 
 def detect_gpu() -> GpuSpec:

@@ -157,7 +157,7 @@ def _estimate(args: argparse.Namespace) -> int:
     import json
 
     from ecoguard.config import Settings
-    from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, normalize_precision
+    from ecoguard.deployment import Deployment, ModelSpec, normalize_precision
     from ecoguard.knowledge import region, resolve_gpu, resolve_model
     from ecoguard.knowledge.estimator import estimate
 
@@ -192,13 +192,7 @@ def _estimate(args: argparse.Namespace) -> int:
     region(settings.region)  # an unknown ECOGUARD_REGION is a usage error, said early
     deployment = Deployment(
         model=spec,
-        gpu=GpuSpec(
-            profile=gpu.key,
-            name=gpu.name,
-            architecture=gpu.architecture,
-            compute_capability=gpu.compute_capability,
-            vram_gb=gpu.vram_gb,
-        ),
+        gpu=gpu.to_gpu_spec(),
         precision=precision,
         batch_size=args.batch_size,
         prompt_tokens=args.prompt_tokens,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ecoguard.deployment import ModelSpec
+from ecoguard.deployment import GpuSpec, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +88,19 @@ class GpuProfile:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def to_gpu_spec(self, *, name: str | None = None, count: int = 1) -> GpuSpec:
+        """This profile as a Deployment's GpuSpec: ``count`` such GPUs, named ``name`` (what a
+        driver reported; default: the profile's own name)."""
+        capability = self.compute_capability
+        return GpuSpec(
+            profile=self.key,
+            name=name or self.name,
+            architecture=self.architecture,
+            compute_capability=tuple(capability)[:2] if capability else None,  # type: ignore[arg-type]
+            vram_gb=self.vram_gb,
+            count=count,
+        )
 
 
 @dataclass(frozen=True, slots=True)
