@@ -12,7 +12,7 @@ import contextvars
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ecoguard.config import Settings
@@ -129,9 +129,7 @@ def _plan_load(args: tuple[Any, ...], kwargs: dict[str, Any]) -> LoadPlan:
             else:
                 why_not = "ecoguard has no automatic fix for this trap"
         if changed is None and why_not is not None:
-            finding = finding.__class__(
-                **{**_finding_fields(finding), "fix_summary": f"{finding.fix_summary} ({why_not})"}
-            )
+            finding = replace(finding, fix_summary=f"{finding.fix_summary} ({why_not})")
         policy.report(
             finding,
             action="fix" if changed else "warn",
@@ -142,10 +140,6 @@ def _plan_load(args: tuple[Any, ...], kwargs: dict[str, Any]) -> LoadPlan:
         )
     plan.kwargs = call_kwargs
     return plan
-
-
-def _finding_fields(finding: Finding) -> dict[str, Any]:
-    return {name: getattr(finding, name) for name in finding.__slots__}
 
 
 def _finish_load(model: Any, plan: LoadPlan) -> None:
@@ -297,12 +291,10 @@ def _track_batch_size(state: ModelState, batch_size: int | None) -> None:
             policy.report(finding, action="strict", source="generate", deployment=deployment)
             raise policy.refuse([finding], where="generate")
         if action == "fix" and not RUNTIME.settings.batching:
-            finding = finding.__class__(
-                **{
-                    **_finding_fields(finding),
-                    "fix_summary": finding.fix_summary
-                    + " (not applied automatically: turn on ecoguard.install(batching=True))",
-                }
+            finding = replace(
+                finding,
+                fix_summary=finding.fix_summary
+                + " (not applied automatically: turn on ecoguard.install(batching=True))",
             )
         policy.report(finding, action="warn", source="generate", deployment=deployment)
 
