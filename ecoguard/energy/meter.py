@@ -34,6 +34,7 @@ from ecoguard.energy.backends import DeviceInfo, PowerBackend, choose_backend
 from ecoguard.energy.sampler import Sampler
 from ecoguard.faults import fault_counts, record_fault
 from ecoguard.faults import reinit_after_fork as reinit_faults_after_fork
+from ecoguard.knowledge import estimator as knowledge_estimator
 
 _log = logging.getLogger("ecoguard.energy")
 
@@ -441,9 +442,10 @@ class Meter:
             return cached
         result: tuple[float | None, str] = (None, "none")
         try:
-            from ecoguard.knowledge.estimator import estimate
-
-            est = estimate(deployment, settings=self.settings)
+            # Imported with this module, never here: a first import on a generating thread
+            # holds the module's import lock, and a fork at that moment left the child waiting
+            # on it forever (forked workers hung in their first record).
+            est = knowledge_estimator.estimate(deployment, settings=self.settings)
             per_1k = est.energy_per_1k_tokens_j
             if per_1k is not None and est.tier != "none":
                 result = (per_1k / 1000.0, est.tier)

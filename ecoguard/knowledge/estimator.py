@@ -24,9 +24,11 @@ import math
 from dataclasses import asdict, dataclass
 from functools import cache
 
+from ecoguard._paths import data_dir
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.errors import UnknownGpuError, UnknownModelError, UsageError
+from ecoguard.knowledge import tables
 from ecoguard.knowledge.evidence import TIER_ORDER, Evidence, evidence
 from ecoguard.knowledge.ladder import (
     MAX_SIZE_EXTRAPOLATION,
@@ -47,6 +49,7 @@ from ecoguard.knowledge.memory import (  # noqa: F401  (re-exported: the old hom
     resolved_precision,
 )
 from ecoguard.knowledge.records import GpuProfile
+from ecoguard.knowledge.validation import band_for
 
 __all__ = [
     "HOLDOUTS",
@@ -176,8 +179,6 @@ def _rr(value: Range | None, digits: int = 3) -> list[float] | None:
 @cache
 def _validation_table() -> dict:
     """The per-method hold-out error table shipped in data/ (empty when absent)."""
-    from ecoguard._paths import data_dir
-
     path = data_dir() / "estimator_validation.json"
     try:
         with path.open(encoding="utf-8") as handle:
@@ -214,8 +215,6 @@ def _confidence(basis: Basis) -> str:
 
 
 def _interval(basis: Basis) -> Range:
-    from ecoguard.knowledge.validation import band_for
-
     fig = basis.figure
     if basis.family == "exact":
         return fig.low, fig.high
@@ -234,11 +233,9 @@ def _interval(basis: Basis) -> Range:
 
 def _sweep_points() -> list[tuple[int, float, float]]:
     """(batch size, J/1k, tok/s) of the measured A800 Mistral-7B pure-INT8 sweep."""
-    from ecoguard.knowledge.tables import reference_rows
-
     pts = [
         (r.batch_size, r.energy_j_per_1k, r.throughput_tok_s)
-        for r in reference_rows()
+        for r in tables.reference_rows()
         if f"/{SWEEP_SOURCE_TAG}" in r.id
         and r.batch_size
         and r.energy_j_per_1k
@@ -273,9 +270,7 @@ def batch_power_law() -> tuple[float, float]:
 
 def _why_no_basis(precision: str, params_b: float | None) -> str:
     """Why no estimate: the precision is not in the data, or the size is too far outside it."""
-    from ecoguard.knowledge.tables import reference_rows
-
-    rows = [r for r in reference_rows() if r.precision == precision and r.params_b]
+    rows = [r for r in tables.reference_rows() if r.precision == precision and r.params_b]
     if not rows:
         return f"the reference data has no {precision} rows"
     low, high = min(r.params_b for r in rows), max(r.params_b for r in rows)
@@ -293,9 +288,7 @@ def _why_no_basis(precision: str, params_b: float | None) -> str:
 def _unregistered_key(model_id: str | None, params_b: float | None) -> str | None:
     """A model outside the registry that has rows of its own (a local bench row): matched by
     its id, else by its exact size."""
-    from ecoguard.knowledge.tables import reference_rows
-
-    full = evidence(reference_rows())
+    full = evidence(tables.reference_rows())
     if model_id and f"id:{model_id}" in full.params:
         return f"id:{model_id}"
     if params_b is not None:
@@ -306,9 +299,7 @@ def _unregistered_key(model_id: str | None, params_b: float | None) -> str | Non
 
 
 def _evidence_for(gpu: GpuProfile, model_key: str | None, params_b, precision, bs, holdout):
-    from ecoguard.knowledge.tables import reference_rows
-
-    rows = reference_rows()
+    rows = tables.reference_rows()
     if holdout is None:
         return evidence(rows)
     if holdout == "gpu":
@@ -339,8 +330,7 @@ def estimate(
     Never raises for a deployment that lacks facts (the figures become None and the tier
     ``none``); raises UsageError for invalid values (negative batch size, unknown precision,
     unknown hold-out)."""
-    from ecoguard.knowledge.tables import region as grid_for
-    from ecoguard.knowledge.tables import resolve_gpu, resolve_model
+    grid_for, resolve_gpu, resolve_model = tables.region, tables.resolve_gpu, tables.resolve_model
 
     deployment.validate()
     settings = settings or Settings()
@@ -367,9 +357,7 @@ def estimate(
             model = None
     model_key = None
     if model is not None:
-        from ecoguard.knowledge.tables import model_registry
-
-        if model.id in model_registry():
+        if model.id in tables.model_registry():
             model_key = model.id
         if params_b is None:
             params_b = model.params_b

@@ -25,7 +25,8 @@ import statistics
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from ecoguard.knowledge.evidence import ConfigKey, Evidence, Figure, _weaker
+from ecoguard.knowledge import tables
+from ecoguard.knowledge.evidence import ConfigKey, Evidence, Figure, _weaker, session_of
 from ecoguard.knowledge.records import GpuProfile, ReferenceRow
 
 MAX_SIZE_EXTRAPOLATION = 2.0
@@ -194,8 +195,6 @@ def _covers(curve, bs: int) -> bool:
 def _same_session_curve(ev: Evidence, gpu: str, model: str, precision: str):
     """(bs, J/1k, row) of the session that measured the most batch sizes of this config."""
     sessions: dict[str, dict[int, ReferenceRow]] = {}
-    from ecoguard.knowledge.evidence import session_of
-
     for (g, m, p, bs), rows in ev.by_config.items():
         if (g, m, p) != (gpu, model, precision):
             continue
@@ -309,10 +308,8 @@ def _paired_ratio_rung(ev: Evidence, q: Query) -> Basis | None:
 def _ratio_elsewhere(ev: Evidence, q: Query):
     """The precision's change measured on other GPUs (same architecture first): the median of
     each GPU's same-model ratio, else its ratio interpolated over size."""
-    from ecoguard.knowledge.tables import gpu_profiles
-
     assert q.params_b is not None
-    profiles = gpu_profiles()
+    profiles = tables.gpu_profiles()
     found: list[tuple[str, float, tuple[ReferenceRow, ...]]] = []
     for arch_first in (True, False):
         for gpu in sorted(ev.gpus()):
@@ -439,9 +436,7 @@ def gpu_exponents(ev: Evidence) -> tuple[float, float, int]:
     the measured ratio between GPUs sharing a configuration (FP16 and every precision)."""
     if "exponents" in ev._memo:
         return ev._memo["exponents"]
-    from ecoguard.knowledge.tables import gpu_profiles
-
-    profiles = gpu_profiles()
+    profiles = tables.gpu_profiles()
     by_rest: dict[tuple[str, str, int], dict[str, float]] = {}
     for key in ev.by_config:
         g, m, p, bs = key
@@ -503,9 +498,7 @@ def carry_factor(ev: Evidence, target: GpuProfile, ref: GpuProfile) -> tuple[flo
 def cross_gpu(ev: Evidence, q: Query) -> Basis | None:
     """Every other measured GPU's own figure for the query, carried to the target GPU; the
     geometric median of the carried figures."""
-    from ecoguard.knowledge.tables import gpu_profiles
-
-    profiles = gpu_profiles()
+    profiles = tables.gpu_profiles()
     carried: list[tuple[GpuProfile, Basis, float, str]] = []
     for key in sorted(ev.gpus()):
         if key == q.gpu.key or key not in profiles:

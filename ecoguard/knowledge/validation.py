@@ -21,6 +21,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
+from ecoguard.knowledge import tables
 from ecoguard.knowledge.evidence import ConfigKey, evidence, quantile
 from ecoguard.knowledge.ladder import Query, resolve
 
@@ -54,9 +55,7 @@ class Point:
 
 
 def _shipped_rows():
-    from ecoguard.knowledge.tables import _shipped_rows as shipped
-
-    return shipped()
+    return tables._shipped_rows()
 
 
 def measured_configs(rows=None) -> list[ConfigKey]:
@@ -72,13 +71,11 @@ def measured_configs(rows=None) -> list[ConfigKey]:
 
 def holdout_points(mode: str, rows=None) -> list[Point]:
     """Run one hold-out over every measured configuration."""
-    from ecoguard.knowledge.tables import gpu_profiles
-
     if mode not in MODES:
         raise ValueError(f"hold-out mode must be one of {', '.join(MODES)}, got {mode!r}")
     rows = rows if rows is not None else _shipped_rows()
     full = evidence(rows)
-    profiles = gpu_profiles()
+    profiles = tables.gpu_profiles()
     points: list[Point] = []
     for key in measured_configs(rows):
         gpu, model, precision, bs = key
