@@ -500,7 +500,9 @@ def _parse_within_budget(text: str) -> None:
     except UsageError:
         pass
     elapsed = time.perf_counter() - started
-    assert elapsed < 0.5, f"parse took {elapsed:.2f} s on {len(text)} chars: {text[:80]!r}"
+    # A generous bound (a quadratic pattern takes many seconds); 0.5 s failed at 0.69 s on a
+    # loaded CI machine.
+    assert elapsed < 2.0, f"parse took {elapsed:.2f} s on {len(text)} chars: {text[:80]!r}"
 
 
 @hsettings(
