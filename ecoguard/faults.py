@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _log = logging.getLogger("ecoguard")
 _lock = threading.Lock()
@@ -25,6 +27,22 @@ def record_fault(stage: str, exc: BaseException | None = None, *, count: int = 1
         _log.debug("ecoguard fault in %s: %r", stage, exc, exc_info=exc is not None)
     except Exception:  # logging itself must not raise into the caller
         pass
+
+
+@contextmanager
+def contained(stage: str, *, passthrough: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Run an ecoguard step fail-open: an exception is counted as a fault of ``stage`` (and
+    logged at debug) and swallowed, so the caller's work goes on. Exceptions of the
+    ``passthrough`` types are ecoguard's own decisions (a strict-mode refusal) and propagate.
+
+    Code after the ``with`` block runs either way; a value the block was to compute keeps the
+    default the caller set before it."""
+    try:
+        yield
+    except passthrough:
+        raise
+    except Exception as exc:
+        record_fault(stage, exc)
 
 
 def fault_counts() -> dict[str, int]:

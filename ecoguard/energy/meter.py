@@ -34,6 +34,7 @@ from ecoguard.energy.backends import DeviceInfo, PowerBackend, choose_backend
 from ecoguard.energy.sampler import Sampler
 from ecoguard.faults import fault_counts, record_fault
 from ecoguard.faults import reinit_after_fork as reinit_faults_after_fork
+from ecoguard.forking import register_fork_hooks
 from ecoguard.knowledge import estimator as knowledge_estimator
 
 _log = logging.getLogger("ecoguard.energy")
@@ -528,16 +529,12 @@ _started_ledger = False
 # by a hook registered when the first one starts (never at import).
 _FORK_QUIESCE_S = 2.0
 _live_meters: weakref.WeakSet[Meter] = weakref.WeakSet()
-_fork_hooks_registered = False
 _fork_held: list[Any] = []
 
 
 def _register_fork_hooks() -> None:
-    global _fork_hooks_registered
-    if _fork_hooks_registered or not hasattr(os, "register_at_fork"):
-        return
-    _fork_hooks_registered = True
-    os.register_at_fork(
+    register_fork_hooks(
+        "meter",
         before=_before_fork,
         after_in_parent=_after_fork_in_parent,
         after_in_child=_after_fork_in_child,

@@ -24,8 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, is_dataclass, replace
 from typing import Any
 
@@ -39,7 +37,7 @@ from ecoguard.engines.engine_args import (
     resolve_model_spec,
 )
 from ecoguard.errors import EnergyTrapError
-from ecoguard.faults import record_fault
+from ecoguard.faults import contained, record_fault
 from ecoguard.findings import Finding, Location
 
 ENV_FLAG = "ECOGUARD_VLLM"
@@ -54,16 +52,6 @@ def enabled(environ: Any = None) -> bool:
     """Whether ``ECOGUARD_VLLM`` turns the plugin on (``1``, ``true``, ``yes``, ``on``)."""
     value = (environ if environ is not None else os.environ).get(ENV_FLAG, "")
     return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-@contextmanager
-def contained(stage: str) -> Iterator[None]:
-    """Run an ecoguard step inside vLLM: any exception is counted as a fault of ``stage`` and
-    swallowed, so the engine goes on."""
-    try:
-        yield
-    except Exception as exc:
-        record_fault(stage, exc)
 
 
 # -- the general plugin: rules at engine start ----------------------------------------------

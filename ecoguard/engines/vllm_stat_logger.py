@@ -12,7 +12,8 @@ from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase
 
-from ecoguard.engines.vllm_plugin import contained, enabled, observe_step, start_attribution
+from ecoguard.engines.vllm_plugin import enabled, observe_step, start_attribution
+from ecoguard.faults import contained
 
 
 class EcoguardStatLogger(StatLoggerBase):

@@ -53,6 +53,7 @@ from ecoguard.export.ledger_db import (
 )
 from ecoguard.faults import record_fault
 from ecoguard.faults import reinit_after_fork as reinit_faults_after_fork
+from ecoguard.forking import register_fork_hooks
 
 __all__ = [
     "APPLICATION_ID",
@@ -466,12 +467,12 @@ def _register_process_hooks() -> None:
         if _hooks_registered:
             return
         _hooks_registered = True
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(
-                before=_before_fork,
-                after_in_parent=_after_fork_in_parent,
-                after_in_child=_after_fork_in_child,
-            )
+        register_fork_hooks(
+            "ledger",
+            before=_before_fork,
+            after_in_parent=_after_fork_in_parent,
+            after_in_child=_after_fork_in_child,
+        )
         register = getattr(threading, "_register_atexit", None)
         try:
             if register is not None:

@@ -52,6 +52,7 @@ from prometheus_client.registry import Collector
 from ecoguard import events
 from ecoguard.config import Settings
 from ecoguard.faults import fault_counts, record_fault
+from ecoguard.forking import register_fork_hooks
 
 _log = logging.getLogger("ecoguard.metrics")
 
@@ -1187,16 +1188,11 @@ def serve_registry(addr: str, port: int, registry: CollectorRegistry) -> Metrics
 _server_lock = threading.Lock()
 _server: MetricsServer | None = None
 _aggregates: GenerationAggregates | None = None
-_fork_hook_registered = False
 
 
 def _register_fork_hook() -> None:
     """Once per process, when metrics start (never at import)."""
-    global _fork_hook_registered
-    if _fork_hook_registered or not hasattr(os, "register_at_fork"):
-        return
-    _fork_hook_registered = True
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    register_fork_hooks("metrics", after_in_child=_after_fork_in_child)
 
 
 def _after_fork_in_child() -> None:

@@ -23,6 +23,7 @@ from ecoguard import events
 from ecoguard.config import Settings
 from ecoguard.errors import UsageError
 from ecoguard.faults import record_fault
+from ecoguard.forking import register_fork_hooks
 from ecoguard.guard import patches
 from ecoguard.guard.policy import Policy
 from ecoguard.guard.wrappers import RUNTIME
@@ -32,16 +33,11 @@ _log = logging.getLogger("ecoguard")
 _lock = threading.RLock()
 _started_meter = False
 _started_metrics = False
-_fork_hook_registered = False
 
 
 def _register_fork_hook() -> None:
     """Once per process, from install() (never at import)."""
-    global _fork_hook_registered
-    if _fork_hook_registered or not hasattr(os, "register_at_fork"):
-        return
-    _fork_hook_registered = True
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    register_fork_hooks("guard", after_in_child=_after_fork_in_child)
 
 
 def _after_fork_in_child() -> None:
