@@ -1,0 +1,214 @@
+"""Check the shape of the ecoguard package: what ARCHITECTURE.md and STYLE.md ask of it.
+
+- no import cycle between ecoguard's packages (``ecoguard.energy``, ``ecoguard.export``, ...;
+  a top-level module such as ``ecoguard.config`` counts as its own package);
+- no module over 600 lines and no function over 80 lines (a table or generated text that must
+  be longer says so with ``# layout: table`` on its ``def`` or first line);
+- no ``try: import ... except ImportError`` around ecoguard's own modules;
+- no function-local import of ecoguard's own modules, except where the line says why with a
+  ``# lazy: <reason>`` comment (laziness is for heavy third-party libraries behind our module).
+
+Usage: ``python tools/check_layout.py [PATH ...]`` (default: the whole package). Prints one line
+per problem and exits 1 when there is any, 0 when there is none.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "ecoguard"
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+TABLE_MARK = "# layout: table"
+LAZY_MARK = "# lazy:"
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def package_of(module: str) -> str:
+    """``ecoguard.energy.meter`` -> ``ecoguard.energy``; ``ecoguard.config`` -> itself."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def imported_modules(node: ast.AST, module: str, is_package: bool) -> list[str]:
+    """The ecoguard modules an import statement names (absolute or relative)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names if alias.name.startswith("ecoguard")]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    if not target.startswith("ecoguard"):
+        return []
+    if node.module is None or target == "ecoguard":
+        return [f"{target}.{alias.name}" for alias in node.names]
+    return [target]
+
+
+def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def _marked(lines: list[str], lineno: int, mark: str) -> bool:
+    # the def line, a decorator line above it, or the line itself (1-based)
+    window = lines[max(0, lineno - 3) : lineno + 1]
+    return any(mark in line for line in window)
+
+
+def _unmarked_local_import(node: ast.AST, module: str, path: Path, lines: list[str]) -> bool:
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        return False
+    if not imported_modules(node, module, path.name == "__init__.py"):
+        return False
+    statement = lines[node.lineno - 1 : (node.end_lineno or node.lineno)]
+    return not any(LAZY_MARK in line for line in statement)
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(
+        isinstance(name, ast.Name) and name.id in ("ImportError", "ModuleNotFoundError")
+        for name in names
+    )
+
+
+def check_file(path: Path, edges: dict[str, set[str]]) -> list[Problem]:
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    rel = str(path.relative_to(ROOT))
+    tree = ast.parse(text, filename=rel)
+    module = module_name(path)
+    problems: list[Problem] = []
+    if len(lines) > MAX_MODULE_LINES and not any(TABLE_MARK in line for line in lines[:5]):
+        problems.append(Problem(rel, 1, f"module has {len(lines)} lines (> {MAX_MODULE_LINES})"))
+    for function in _functions(tree):
+        length = (function.end_lineno or function.lineno) - function.lineno + 1
+        if length > MAX_FUNCTION_LINES and not _marked(lines, function.lineno, TABLE_MARK):
+            problems.append(
+                Problem(
+                    rel,
+                    function.lineno,
+                    f"function {function.name} has {length} lines (> {MAX_FUNCTION_LINES})",
+                )
+            )
+        for node in ast.walk(function):
+            if _unmarked_local_import(node, module, path, lines):
+                problems.append(
+                    Problem(
+                        rel,
+                        node.lineno,
+                        f"function-local import of ecoguard's own module in "
+                        f"{function.name} (import at the top, or say why: {LAZY_MARK} ...)",
+                    )
+                )
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
+            for statement in node.body:
+                for inner in ast.walk(statement):
+                    if imported_modules(inner, module, path.name == "__init__.py"):
+                        problems.append(
+                            Problem(
+                                rel,
+                                inner.lineno,
+                                "ImportError guard around ecoguard's own module",
+                            )
+                        )
+        for target in imported_modules(node, module, path.name == "__init__.py"):
+            source, destination = package_of(module), package_of(target)
+            if source != destination and destination != "ecoguard":
+                edges[source].add(destination)
+    return problems
+
+
+def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one package (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(edges.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def check(paths: Iterable[Path] | None = None) -> list[str]:
+    """Every problem found, as printable lines (cycles always over the whole package)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    wanted = {path.resolve() for path in paths} if paths else None
+    problems: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        found = check_file(path, edges)
+        if wanted is None or path.resolve() in wanted:
+            problems.extend(str(problem) for problem in found)
+    for cycle in find_cycles(edges):
+        chain = " <-> ".join(cycle)
+        problems.append(f"ecoguard: import cycle between packages: {chain}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    paths = [Path(arg) for arg in args] or None
+    problems = check(paths)
+    for problem in problems:
+        print(problem)
+    print(f"{len(problems)} problem(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
