@@ -48,7 +48,7 @@ from ecoguard.knowledge.memory import (  # noqa: F401  (re-exported: the old hom
     memory_need,
     resolved_precision,
 )
-from ecoguard.knowledge.records import GpuProfile
+from ecoguard.knowledge.records import GpuProfile, ModelInfo
 from ecoguard.knowledge.validation import band_for
 
 __all__ = [
@@ -313,6 +313,170 @@ def _evidence_for(gpu: GpuProfile, model_key: str | None, params_b, precision, b
     return evidence(rows, hidden_configs=tuple((gpu.key, m, precision, bs) for m in models))
 
 
+@dataclass(frozen=True, slots=True)
+class _Subject:
+    """What the deployment names, resolved against the reference tables."""
+
+    gpu: GpuProfile | None
+    model: ModelInfo | None
+    model_key: str | None  # a registered model's id, or None
+    params_b: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """The deployment's settings with defaults filled in, and what was assumed to fill them."""
+
+    precision: str
+    lookup_precision: str  # bf16 is read from fp16 rows
+    batch_size: int
+    generation_tokens: int
+    prompt_tokens: int
+    assumptions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Grid:
+    """The region's electricity terms, with the settings' overrides applied."""
+
+    region: str
+    price_usd_per_kwh: float
+    gco2_per_kwh: float
+    pue: float
+    requests: int
+
+    def monthly(self, per_request_j: float | None, request_range: Range | None) -> Monthly:
+        if per_request_j is None or request_range is None:
+            return Monthly(
+                self.requests, None, None, None, self.region, self.price_usd_per_kwh,
+                self.gco2_per_kwh, self.pue,
+            )  # fmt: skip
+        kwh_per_j = self.requests * self.pue / 3.6e6
+        low, high = request_range[0] * kwh_per_j, request_range[1] * kwh_per_j
+        energy_kwh = per_request_j * kwh_per_j
+        return Monthly(
+            requests=self.requests,
+            energy_kwh=energy_kwh,
+            cost_usd=energy_kwh * self.price_usd_per_kwh,
+            co2_kg=energy_kwh * self.gco2_per_kwh / 1000.0,
+            region=self.region,
+            price_usd_per_kwh=self.price_usd_per_kwh,
+            gco2_per_kwh=self.gco2_per_kwh,
+            pue=self.pue,
+            energy_kwh_range=(low, high),
+            cost_usd_range=(low * self.price_usd_per_kwh, high * self.price_usd_per_kwh),
+            co2_kg_range=(low * self.gco2_per_kwh / 1000.0, high * self.gco2_per_kwh / 1000.0),
+        )
+
+
+def _check_arguments(requests_per_month: int | None, holdout: str | None) -> None:
+    if requests_per_month is not None and requests_per_month < 0:
+        raise UsageError(f"requests per month must be >= 0, got {requests_per_month!r}")
+    if holdout is not None and holdout not in HOLDOUTS:
+        raise UsageError(f"hold-out must be one of {', '.join(HOLDOUTS)}, got {holdout!r}")
+
+
+def _resolve_subject(deployment: Deployment) -> _Subject:
+    gpu: GpuProfile | None = None
+    for name in (deployment.gpu.profile, deployment.gpu.name):
+        if name:
+            try:
+                gpu = tables.resolve_gpu(name)
+                break
+            except UnknownGpuError:
+                continue
+    model: ModelInfo | None = None
+    if deployment.model.id:
+        try:
+            model = tables.resolve_model(deployment.model.id)
+        except UnknownModelError:
+            model = None
+    params_b = deployment.model.params_b
+    if model is not None and params_b is None:
+        params_b = model.params_b
+    registered = model is not None and model.id in tables.model_registry()
+    return _Subject(gpu, model, model.id if registered and model else None, params_b)
+
+
+def _inputs(deployment: Deployment, gpu: GpuProfile | None, holdout: str | None) -> _Inputs:
+    assumptions: list[str] = []
+    precision = resolved_precision(deployment)
+    if deployment.precision is None:
+        assumptions.append(f"precision not given; assumed {precision}")
+    if deployment.batch_size is None:
+        assumptions.append("batch size not given; assumed 1")
+    if deployment.generation_tokens is None:
+        assumptions.append(
+            f"generation length not given; assumed {DEFAULT_GENERATION_TOKENS} tokens"
+        )
+    if gpu is not None and precision == "bf16" and not gpu.bf16:
+        assumptions.append(f"{gpu.key} ({gpu.architecture}) has no native bf16")
+    if holdout is not None:
+        assumptions.append(
+            "hold-out: answered as if the rows of this "
+            + ("configuration" if holdout == "config" else "GPU")
+            + " were absent"
+        )
+    prompt = deployment.prompt_tokens
+    return _Inputs(
+        precision=precision,
+        # bf16 runs the same kernels and weight bytes as fp16 in these stacks: use fp16 rows.
+        lookup_precision="fp16" if precision == "bf16" else precision,
+        batch_size=deployment.batch_size or 1,
+        generation_tokens=deployment.generation_tokens or DEFAULT_GENERATION_TOKENS,
+        prompt_tokens=prompt if prompt is not None else DEFAULT_PROMPT_TOKENS,
+        assumptions=tuple(assumptions),
+    )
+
+
+def _find_basis(
+    deployment: Deployment, subject: _Subject, inputs: _Inputs, holdout: str | None
+) -> tuple[Basis | None, str]:
+    """The ladder's basis for the figure, or None and why there is none."""
+    gpu, params_b, precision = subject.gpu, subject.params_b, inputs.lookup_precision
+    if gpu is None:
+        return None, "no known GPU in the deployment"
+    if subject.model_key is None and params_b is None:
+        return None, "model size unknown"
+    if precision in ("fp8_weight_only", "fp8_dynamic") and not gpu.fp8:
+        return None, f"{gpu.key} ({gpu.architecture}) has no FP8 support"
+    model_key = subject.model_key or _unregistered_key(deployment.model.id, params_b)
+    ev = _evidence_for(gpu, model_key, params_b, precision, inputs.batch_size, holdout)
+    if model_key is not None and params_b is not None and model_key in ev.params:
+        # The rows' size for a model they measured: the same model is not extrapolated.
+        params_b = ev.params[model_key]
+    basis = resolve(ev, Query(gpu, model_key, params_b, precision, inputs.batch_size))
+    return basis, "" if basis is not None else _why_no_basis(precision, params_b)
+
+
+def _grid(settings: Settings, requests_per_month: int | None) -> _Grid:
+    grid = tables.region(settings.region)
+
+    def chosen(override: float | None, default: float) -> float:
+        return override if override is not None else default
+
+    return _Grid(
+        region=grid.key,
+        price_usd_per_kwh=chosen(settings.price_usd_per_kwh, grid.price_usd_per_kwh),
+        gco2_per_kwh=chosen(settings.grid_gco2_per_kwh, grid.gco2_per_kwh),
+        pue=chosen(settings.pue, grid.pue),
+        requests=(
+            requests_per_month if requests_per_month is not None else settings.monthly_requests
+        ),
+    )
+
+
+def _tier_and_method(basis: Basis, precision: str) -> tuple[str, str]:
+    tier, method = basis.figure.tier, basis.method
+    if basis.family != "exact":
+        tier = "extrapolated" if basis.family == "cross-gpu" else "derived"
+    if precision == "bf16":
+        method = "bf16 taken as fp16 (same weight bytes and kernels); " + method
+        if tier in TIER_ORDER:
+            tier = "derived"
+    return tier, method
+
+
 # --------------------------------------------------------------------------- public
 
 
@@ -330,99 +494,21 @@ def estimate(
     Never raises for a deployment that lacks facts (the figures become None and the tier
     ``none``); raises UsageError for invalid values (negative batch size, unknown precision,
     unknown hold-out)."""
-    grid_for, resolve_gpu, resolve_model = tables.region, tables.resolve_gpu, tables.resolve_model
-
     deployment.validate()
     settings = settings or Settings()
-    if requests_per_month is not None and requests_per_month < 0:
-        raise UsageError(f"requests per month must be >= 0, got {requests_per_month!r}")
-    if holdout is not None and holdout not in HOLDOUTS:
-        raise UsageError(f"hold-out must be one of {', '.join(HOLDOUTS)}, got {holdout!r}")
-    assumptions: list[str] = []
-
-    gpu: GpuProfile | None = None
-    for name in (deployment.gpu.profile, deployment.gpu.name):
-        if name:
-            try:
-                gpu = resolve_gpu(name)
-                break
-            except UnknownGpuError:
-                continue
-    model = None
-    params_b = deployment.model.params_b
-    if deployment.model.id:
-        try:
-            model = resolve_model(deployment.model.id)
-        except UnknownModelError:
-            model = None
-    model_key = None
-    if model is not None:
-        if model.id in tables.model_registry():
-            model_key = model.id
-        if params_b is None:
-            params_b = model.params_b
-
-    precision = resolved_precision(deployment)
-    if deployment.precision is None:
-        assumptions.append(f"precision not given; assumed {precision}")
-    bs = deployment.batch_size or 1
-    if deployment.batch_size is None:
-        assumptions.append("batch size not given; assumed 1")
-    gen = deployment.generation_tokens
-    gen_used = gen or DEFAULT_GENERATION_TOKENS
-    if gen is None:
-        assumptions.append(
-            f"generation length not given; assumed {DEFAULT_GENERATION_TOKENS} tokens"
-        )
-    prompt = deployment.prompt_tokens
-    prompt_used = prompt if prompt is not None else DEFAULT_PROMPT_TOKENS
-
-    if gpu is not None and precision == "bf16" and not gpu.bf16:
-        assumptions.append(f"{gpu.key} ({gpu.architecture}) has no native bf16")
-    # bf16 runs the same kernels and weight bytes as fp16 in these stacks: use fp16 rows.
-    lookup_precision = "fp16" if precision == "bf16" else precision
-
-    basis: Basis | None = None
-    why_none = ""
-    if gpu is None:
-        why_none = "no known GPU in the deployment"
-    elif model_key is None and params_b is None:
-        why_none = "model size unknown"
-    elif precision in ("fp8_weight_only", "fp8_dynamic") and not gpu.fp8:
-        why_none = f"{gpu.key} ({gpu.architecture}) has no FP8 support"
-    else:
-        if model_key is None:
-            model_key = _unregistered_key(deployment.model.id, params_b)
-        ev = _evidence_for(gpu, model_key, params_b, lookup_precision, bs, holdout)
-        if model_key is not None and params_b is not None and model_key in ev.params:
-            # The rows' size for a model they measured: the same model is not extrapolated.
-            params_b = ev.params[model_key]
-        basis = resolve(ev, Query(gpu, model_key, params_b, lookup_precision, bs))
-        if basis is None:
-            why_none = _why_no_basis(lookup_precision, params_b)
-
+    _check_arguments(requests_per_month, holdout)
+    subject = _resolve_subject(deployment)
+    inputs = _inputs(deployment, subject.gpu, holdout)
+    basis, why_none = _find_basis(deployment, subject, inputs, holdout)
     # The same figure the vram-overflow rule judges (ecoguard.knowledge.memory).
-    need = memory_need(deployment, model, prompt_tokens=prompt_used, generation_tokens=gen_used)
-    vram_gb = need.total_gb if need is not None else None
-    vram_method = need.method if need is not None else NO_SIZE_METHOD
-    grid = grid_for(settings.region)
-    price = (
-        settings.price_usd_per_kwh
-        if settings.price_usd_per_kwh is not None
-        else grid.price_usd_per_kwh
+    need = memory_need(
+        deployment,
+        subject.model,
+        prompt_tokens=inputs.prompt_tokens,
+        generation_tokens=inputs.generation_tokens,
     )
-    intensity = (
-        settings.grid_gco2_per_kwh if settings.grid_gco2_per_kwh is not None else grid.gco2_per_kwh
-    )
-    pue = settings.pue if settings.pue is not None else grid.pue
-    n_requests = requests_per_month if requests_per_month is not None else settings.monthly_requests
-    if holdout is not None:
-        assumptions.append(
-            "hold-out: answered as if the rows of this "
-            + ("configuration" if holdout == "config" else "GPU")
-            + " were absent"
-        )
-
+    vram = (need.total_gb, need.method) if need is not None else (None, NO_SIZE_METHOD)
+    grid = _grid(settings, requests_per_month)
     if basis is None:
         return Estimate(
             energy_per_1k_tokens_j=None,
@@ -431,78 +517,65 @@ def estimate(
             power_w=None,
             throughput_tok_s=None,
             latency_s=None,
-            vram_gb=vram_gb,
-            monthly=Monthly(n_requests, None, None, None, grid.key, price, intensity, pue),
+            vram_gb=vram[0],
+            monthly=grid.monthly(None, None),
             tier="none",
             method=f"no estimate: {why_none}",
             sources=(),
             rows=(),
             confidence="none",
             deployment=deployment,
-            assumptions=tuple(assumptions),
-            vram_method=vram_method,
+            assumptions=inputs.assumptions,
+            vram_method=vram[1],
             holdout=holdout,
         )
+    return _estimate_from(basis, deployment, inputs, grid, vram, holdout)
 
-    fig = basis.figure
+
+def _estimate_from(
+    basis: Basis,
+    deployment: Deployment,
+    inputs: _Inputs,
+    grid: _Grid,
+    vram: tuple[float | None, str],
+    holdout: str | None,
+) -> Estimate:
+    fig, gen = basis.figure, inputs.generation_tokens
     energy_1k = fig.value
     low_1k, high_1k = _interval(basis)
-    per_request = energy_1k * gen_used / 1000.0
-    request_range = (low_1k * gen_used / 1000.0, high_1k * gen_used / 1000.0)
+    per_request = energy_1k * gen / 1000.0
+    request_range = (low_1k * gen / 1000.0, high_1k * gen / 1000.0)
     tput = basis.throughput_tok_s
     power = basis.power_w
     if power is None and tput:
         power = energy_1k * tput / 1000.0
-    latency = gen_used * bs / tput if tput else None
-    kwh_per_j = n_requests * pue / 3.6e6
-    energy_kwh = per_request * kwh_per_j
-    kwh_range = (request_range[0] * kwh_per_j, request_range[1] * kwh_per_j)
-    tier = fig.tier
-    method = basis.method
-    if basis.family not in ("exact",):
-        tier = "extrapolated" if basis.family == "cross-gpu" else "derived"
-    if precision == "bf16":
-        method = "bf16 taken as fp16 (same weight bytes and kernels); " + method
-        if tier in TIER_ORDER:
-            tier = "derived"
+    tier, method = _tier_and_method(basis, inputs.precision)
     rows = (*fig.rows, *basis.extra_rows)
-    unique_rows = list(dict.fromkeys(r.id for r in rows))
-    sources = sorted({r.source for r in rows})
+    assumptions = inputs.assumptions
     if deployment.gpu.count > 1:
-        assumptions.append("figures are for the reference single-GPU setup; multi-GPU not modelled")
+        assumptions += ("figures are for the reference single-GPU setup; multi-GPU not modelled",)
     err = None
     if basis.family != "exact":
         e = method_error(basis.family)
         err = (e["median_abs_error_pct"], e["p90_abs_error_pct"])
+    exact = basis.family == "exact"
     return Estimate(
         energy_per_1k_tokens_j=energy_1k,
         energy_per_request_j=per_request,
         tokens_per_j=1000.0 / energy_1k,
         power_w=power,
         throughput_tok_s=tput,
-        latency_s=latency,
-        vram_gb=vram_gb,
-        monthly=Monthly(
-            requests=n_requests,
-            energy_kwh=energy_kwh,
-            cost_usd=energy_kwh * price,
-            co2_kg=energy_kwh * intensity / 1000.0,
-            region=grid.key,
-            price_usd_per_kwh=price,
-            gco2_per_kwh=intensity,
-            pue=pue,
-            energy_kwh_range=kwh_range,
-            cost_usd_range=(kwh_range[0] * price, kwh_range[1] * price),
-            co2_kg_range=(kwh_range[0] * intensity / 1000.0, kwh_range[1] * intensity / 1000.0),
-        ),
+        latency_s=gen * inputs.batch_size / tput if tput else None,
+        vram_gb=vram[0],
+        monthly=grid.monthly(per_request, request_range),
         tier=tier,
         method=method,
-        sources=tuple(sources),
-        rows=tuple(unique_rows),
+        sources=tuple(sorted({r.source for r in rows})),
+        rows=tuple(dict.fromkeys(r.id for r in rows)),
         confidence=_confidence(basis),
         deployment=deployment,
-        assumptions=tuple(assumptions),
-        vram_method=vram_method,
+        assumptions=assumptions,
+        vram_method=vram[1],
         energy_per_1k_tokens_j_range=(low_1k, high_1k),
         energy_per_request_j_range=request_range,
         family=basis.family,
@@ -510,7 +583,9 @@ def estimate(
         carried_from=basis.carried_from,
         holdout=holdout,
         sessions=fig.sessions,
-        paired_deltas=tuple((src, ses, (r - 1.0) * 100.0, base) for src, ses, r, base in fig.pairs)
-        if basis.family == "exact"
-        else (),
+        paired_deltas=(
+            tuple((src, ses, (r - 1.0) * 100.0, base) for src, ses, r, base in fig.pairs)
+            if exact
+            else ()
+        ),
     )
