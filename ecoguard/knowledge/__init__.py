@@ -6,9 +6,8 @@ is in :mod:`ecoguard.knowledge.estimator` (also reachable here as ``estimate``/`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from ecoguard.knowledge.crossover import crossover
+from ecoguard.knowledge.estimator import Estimate, Monthly, estimate
 from ecoguard.knowledge.memory import MemoryNeed, memory_need
 from ecoguard.knowledge.records import (
     Crossover,
@@ -33,9 +32,6 @@ from ecoguard.knowledge.tables import (
     resolve_gpu,
     resolve_model,
 )
-
-if TYPE_CHECKING:
-    from ecoguard.knowledge.estimator import Estimate, Monthly, estimate
 
 __all__ = [
     "Crossover",
@@ -64,11 +60,3 @@ __all__ = [
     "resolve_gpu",
     "resolve_model",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("estimate", "Estimate", "Monthly"):
-        from ecoguard.knowledge import estimator
-
-        return getattr(estimator, name)
-    raise AttributeError(f"module 'ecoguard.knowledge' has no attribute {name!r}")

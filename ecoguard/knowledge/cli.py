@@ -1,13 +1,24 @@
-"""``ecoguard data`` and ``ecoguard estimate``.
-
-Kept light at import (argparse only); the tables and the estimator load inside the handlers.
-"""
+"""``ecoguard data`` and ``ecoguard estimate``."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections import Counter
 
+from ecoguard.config import Settings
+from ecoguard.deployment import Deployment, ModelSpec, normalize_precision
 from ecoguard.errors import UsageError
+from ecoguard.knowledge import (
+    find_rows,
+    gpu_profiles,
+    model_registry,
+    region,
+    resolve_gpu,
+    resolve_model,
+)
+from ecoguard.knowledge.estimator import estimate
+from ecoguard.knowledge.validation import MODES, holdout_points, summary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,11 +71,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _data(args: argparse.Namespace) -> int:
-    import json
-    from collections import Counter
-
-    from ecoguard.knowledge import find_rows, gpu_profiles, model_registry
-
     if args.validate:
         return _validate(args.json)
     if args.gpus:
@@ -117,10 +123,6 @@ def _data(args: argparse.Namespace) -> int:
 
 def _validate(as_json: bool) -> int:
     """Run both hold-outs now (not the shipped table) and print error and coverage."""
-    import json
-
-    from ecoguard.knowledge.validation import MODES, holdout_points, summary
-
     result = {mode: summary(holdout_points(mode), mode) for mode in MODES}
     if as_json:
         print(json.dumps(result, indent=2))
@@ -154,13 +156,6 @@ def _positive(name: str, value: int | None, low: int, high: int) -> None:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    import json
-
-    from ecoguard.config import Settings
-    from ecoguard.deployment import Deployment, ModelSpec, normalize_precision
-    from ecoguard.knowledge import region, resolve_gpu, resolve_model
-    from ecoguard.knowledge.estimator import estimate
-
     _positive("batch-size", args.batch_size, 1, 4096)
     _positive("prompt-tokens", args.prompt_tokens, 0, 1_048_576)
     _positive("generation-tokens", args.generation_tokens, 1, 1_048_576)

@@ -16,8 +16,10 @@ import math
 from dataclasses import dataclass
 from functools import cache
 
+from ecoguard.deployment import normalize_precision
 from ecoguard.errors import UsageError
 from ecoguard.knowledge.records import Crossover
+from ecoguard.knowledge.tables import gpu_profiles, reference_rows
 
 REPORTED_SOURCE = (
     "ecocompute-dynamic-eval/skills/ecocompute/SKILL.md (architecture-aware thresholds)"
@@ -34,8 +36,6 @@ CROSSOVER_PRECISIONS = ("nf4", "nf4_dq", "int8_mixed", "int8_pure")
 
 def crossover(architecture: str, precision: str) -> Crossover:
     """The fitted and the reported crossover for one architecture and precision."""
-    from ecoguard.deployment import normalize_precision
-
     arch = architecture.strip().lower()
     if arch not in ARCHITECTURES:
         raise UsageError(
@@ -51,8 +51,6 @@ def crossover(architecture: str, precision: str) -> Crossover:
 
 @cache
 def _crossover(arch: str, prec: str) -> Crossover:
-    from ecoguard.knowledge.tables import gpu_profiles, reference_rows
-
     arch_gpus = {k for k, p in gpu_profiles().items() if p.architecture == arch}
     points = fit_points(reference_rows(), arch_gpus, prec)
     sources = {source for _, _, source in points}

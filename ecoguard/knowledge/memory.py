@@ -13,12 +13,11 @@ torch or transformers, and nothing reads a file unless :func:`lookup_model` is c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ecoguard.deployment import BYTES_PER_PARAM, Deployment
-
-if TYPE_CHECKING:
-    from ecoguard.knowledge.records import ModelInfo
+from ecoguard.errors import UnknownModelError
+from ecoguard.knowledge.records import ModelInfo
+from ecoguard.knowledge.tables import resolve_model
 
 # What a request looks like when the deployment does not say (the estimator states these as
 # assumptions): 128 prompt tokens, 256 generated tokens.
@@ -69,9 +68,6 @@ def lookup_model(deployment: Deployment) -> ModelInfo | None:
     None without an id or when nothing matches: the same lookup the estimator makes."""
     if not deployment.model.id:
         return None
-    from ecoguard.errors import UnknownModelError
-    from ecoguard.knowledge.tables import resolve_model
-
     try:
         return resolve_model(deployment.model.id)
     except UnknownModelError:

@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from ecoguard._paths import data_dir
+from ecoguard.deployment import normalize_precision
 from ecoguard.errors import UnknownGpuError, UnknownModelError, UsageError
 from ecoguard.faults import record_fault
 from ecoguard.knowledge.records import (
@@ -383,8 +384,6 @@ def find_rows(
     """Rows matching every given filter. ``gpu`` and ``model`` accept anything resolve_gpu /
     resolve_model accept (a model matches by registry key, or by size for a size-only model);
     ``precision`` accepts the usual aliases."""
-    from ecoguard.deployment import normalize_precision
-
     gpu_key = resolve_gpu(gpu).key if gpu is not None else None
     model_key: str | None = None
     model_params: float | None = None
