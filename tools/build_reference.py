@@ -42,8 +42,10 @@ import re
 import statistics
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
+
+from ecoguard.knowledge.records import ReferenceRow
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_VERSION = 1
@@ -151,44 +153,32 @@ STATED_IDLE_W = {"rtx4090d": 17.0}  # "Idle Power: ~17W" (EcoCompute hardware_pr
 IDLE_TOLERANCE_W = 2.0
 
 
-@dataclass
-class Row:
-    """One configuration. Units: tok/s, W, J per 1000 generated tokens, J per request."""
+# The row schema is the package's own (ecoguard.knowledge.records.ReferenceRow). A source states
+# what it has and new_row leaves the rest unstated: no std, run count, CV, perplexity, token
+# counts or batch size unless given, and an id assigned later by assign_ids.
+Row = ReferenceRow
+_UNSTATED: dict[str, object] = {
+    "id": "",
+    "model_key": "",
+    "batch_size": None,
+    "prompt_tokens": None,
+    "generation_tokens": None,
+    "throughput_tok_s": None,
+    "throughput_std": None,
+    "power_w": None,
+    "power_std": None,
+    "energy_j_per_1k": None,
+    "energy_j_per_1k_std": None,
+    "energy_j_per_request": None,
+    "n_runs": None,
+    "cv_pct": None,
+    "perplexity": None,
+}
 
-    gpu: str
-    model_id: str
-    model_key: str
-    params_b: float
-    precision: str
-    batch_size: int | None
-    prompt_tokens: int | None
-    generation_tokens: int | None
-    throughput_tok_s: float | None
-    throughput_std: float | None
-    power_w: float | None
-    power_std: float | None
-    energy_j_per_1k: float | None
-    energy_j_per_1k_std: float | None
-    energy_j_per_request: float | None
-    n_runs: int | None
-    cv_pct: float | None
-    perplexity: float | None
-    software: str
-    date: str
-    tier: str
-    source: str
-    note: str
-    scope: str = "end_to_end"
-    session: str = ""
-    fp16_energy_j_per_1k: float | None = None
-    delta_vs_fp16_pct: float | None = None
-    baseline_row: str | None = None
-    energy_j_per_request_std: float | None = None
-    # Set only where ecoguard added back idle power the source had subtracted: the watts added
-    # and the energy as the source printed it.
-    idle_added_w: float | None = None
-    energy_j_per_1k_stated: float | None = None
-    id: str = field(default="")
+
+def new_row(**stated: object) -> Row:
+    """A reference row from what a source states; every field it does not state is unstated."""
+    return Row(**{**_UNSTATED, **stated})  # type: ignore[arg-type]
 
 
 def model_key(name: str) -> tuple[str, float]:
@@ -279,7 +269,7 @@ def rows_ecai_bs1_csv(src: Path) -> list[Row]:
             energy = num(rec["energy_per_1k_tokens_mean"])
             energy_std = num(rec["energy_per_1k_tokens_std"])
             out.append(
-                Row(
+                new_row(
                     gpu=gpu,
                     model_id=rec["model"],
                     model_key=key,
@@ -294,10 +284,8 @@ def rows_ecai_bs1_csv(src: Path) -> list[Row]:
                     power_std=num(rec["power_std"]),
                     energy_j_per_1k=energy,
                     energy_j_per_1k_std=energy_std,
-                    energy_j_per_request=None,
                     n_runs=int(rec["n_runs"]),
                     cv_pct=_cv(energy, energy_std),
-                    perplexity=None,
                     software=software,
                     date="",
                     tier="measured",
@@ -356,14 +344,13 @@ def rows_a800_json(src: Path) -> list[Row]:
         )
         rel = f"ecocompute-ai/data/a800_results/{path.name}"
         out.append(
-            Row(
+            new_row(
                 gpu=gpu_key(data["gpu"]),
                 model_id=_a800_model_id(key),
                 model_key=key,
                 params_b=params,
                 precision=precision_key(data["config"]),
                 batch_size=1,
-                prompt_tokens=None,
                 generation_tokens=tokens[0] if len(tokens) == 1 else None,
                 throughput_tok_s=tput,
                 throughput_std=tput_std,
@@ -371,7 +358,6 @@ def rows_a800_json(src: Path) -> list[Row]:
                 power_std=power_std,
                 energy_j_per_1k=energy,
                 energy_j_per_1k_std=energy_std,
-                energy_j_per_request=None,
                 n_runs=len(raw),
                 cv_pct=_cv(energy, energy_std),
                 perplexity=ppl,
@@ -406,25 +392,18 @@ def rows_a800_meta(src: Path) -> list[Row]:
         bs = int(bs_name.rsplit("_", 1)[1])
         for config, vals in configs.items():
             out.append(
-                Row(
+                new_row(
                     gpu="a800",
                     model_id=model,
                     model_key=key,
                     params_b=params,
                     precision=precision_key(config),
                     batch_size=bs,
-                    prompt_tokens=None,
                     generation_tokens=128,
                     throughput_tok_s=num(vals["throughput_mean"]),
-                    throughput_std=None,
                     power_w=num(vals["power_mean"]),
-                    power_std=None,
                     energy_j_per_1k=num(vals["energy_per_1k"]),
-                    energy_j_per_1k_std=None,
-                    energy_j_per_request=None,
                     n_runs=5,
-                    cv_pct=None,
-                    perplexity=None,
                     software="torch 2.x, transformers 4.x, bitsandbytes 0.x (exact versions not recorded)",
                     date=data["date"],
                     tier="measured",
@@ -473,14 +452,13 @@ def rows_pure_int8_meta(src: Path) -> list[Row]:
                     "prose row, not measured in this experiment"
                 )
             out.append(
-                Row(
+                new_row(
                     gpu="rtx4090d",
                     model_id=models[mid],
                     model_key=key,
                     params_b=params,
                     precision=precision,
                     batch_size=1,
-                    prompt_tokens=None,
                     generation_tokens=256,
                     throughput_tok_s=num(vals["throughput_mean"]),
                     throughput_std=num(vals.get("throughput_std")),
@@ -488,10 +466,8 @@ def rows_pure_int8_meta(src: Path) -> list[Row]:
                     power_std=num(vals.get("power_std")),
                     energy_j_per_1k=energy,
                     energy_j_per_1k_std=energy_std,
-                    energy_j_per_request=None,
                     n_runs=10,
                     cv_pct=_cv(energy, energy_std),
-                    perplexity=None,
                     software=software,
                     date=vals.get(
                         "test_date", "2026-02-12" if tier == "reported" else data["date"]
@@ -514,24 +490,12 @@ def rows_ppl_4090d(src: Path) -> list[Row]:
     for rec in read_csv(src / rel):
         key, params = model_key(rec["model_name"])
         out.append(
-            Row(
+            new_row(
                 gpu="rtx4090d",
                 model_id=rec["model_name"],
                 model_key=key,
                 params_b=params,
                 precision=precision_key(rec["config"]),
-                batch_size=None,
-                prompt_tokens=None,
-                generation_tokens=None,
-                throughput_tok_s=None,
-                throughput_std=None,
-                power_w=None,
-                power_std=None,
-                energy_j_per_1k=None,
-                energy_j_per_1k_std=None,
-                energy_j_per_request=None,
-                n_runs=None,
-                cv_pct=None,
                 perplexity=num(rec["perplexity"]),
                 software=f"torch {meta['software']['pytorch']}; transformers {meta['software']['transformers']}",
                 date=meta["date"],
@@ -570,7 +534,7 @@ def rows_bs_sweep(src: Path) -> list[Row]:
         tput, tput_std = mean_std(col("throughput_tok_s"))
         power, power_std = mean_std(col("avg_power_w"))
         out.append(
-            Row(
+            new_row(
                 gpu=gpu_key(meta["gpu"]),
                 model_id=meta["model"],
                 model_key=key,
@@ -589,7 +553,6 @@ def rows_bs_sweep(src: Path) -> list[Row]:
                 energy_j_per_request_std=per_req_std,
                 n_runs=len(recs),
                 cv_pct=_cv(energy, energy_std),
-                perplexity=None,
                 software=f"torch {meta['pytorch_version']}; CUDA {meta['cuda_version']}; bitsandbytes llm_int8_threshold=0.0",
                 date="2026-02-15",
                 tier="measured",
@@ -613,25 +576,16 @@ def rows_qe_anchor(src: Path) -> list[Row]:
         fp16 = num(rec["energy_fp16_j1k"])
         note = rec["note"] or ""
         out.append(
-            Row(
+            new_row(
                 gpu=gpu_key(rec["gpu"]),
                 model_id=rec["model"],
                 model_key=key,
                 params_b=float(rec["params_b"]),
                 precision=precision_key(rec["precision"]),
                 batch_size=1,
-                prompt_tokens=None,
-                generation_tokens=None,
-                throughput_tok_s=None,
-                throughput_std=None,
-                power_w=None,
-                power_std=None,
                 energy_j_per_1k=energy,
                 energy_j_per_1k_std=num(rec["energy_quant_std_j1k"]),
-                energy_j_per_request=None,
                 n_runs=int(rec["n_runs"]),
-                cv_pct=None,
-                perplexity=None,
                 software="",
                 date="",
                 tier="measured",
@@ -692,24 +646,18 @@ def rows_qe_paired(src: Path) -> list[Row]:
                 f"{rec.get('measurement_source', '')}; bitsandbytes INT8 is LLM.int8() at "
                 "default threshold"
             )
-            quant = Row(
+            quant = new_row(
                 gpu=gpu_key(rec["gpu"]),
                 model_id=rec["model"],
                 model_key=key,
                 params_b=params,
                 precision=quant_prec,
                 batch_size=int(rec["batch_size"]),
-                prompt_tokens=None,
                 generation_tokens=gen,
                 throughput_tok_s=num(rec["throughput_tok_s"]),
-                throughput_std=None,
                 power_w=num(rec["avg_power_w"]),
-                power_std=None,
                 energy_j_per_1k=energy,
-                energy_j_per_1k_std=None,
-                energy_j_per_request=None,
                 n_runs=iters,
-                cv_pct=None,
                 perplexity=ppl,
                 software=software,
                 date=date,
@@ -753,25 +701,18 @@ def rows_qe_fp8(src: Path) -> list[Row]:
         if rec["short_generation"]:
             note += f"; short generation: {rec['total_tokens']} tokens in total"
         out.append(
-            Row(
+            new_row(
                 gpu=gpu_key(rec["gpu"]),
                 model_id=rec["model"],
                 model_key=key,
                 params_b=float(rec["params_b"]),
                 precision=precision_key(rec["precision"]),
                 batch_size=int(rec["batch_size"]),
-                prompt_tokens=None,
                 generation_tokens=int(rec["max_new_tokens"]),
                 throughput_tok_s=num(rec["throughput_tok_s"]),
-                throughput_std=None,
                 power_w=num(rec["avg_power_w"]),
-                power_std=None,
                 energy_j_per_1k=num(rec["energy_j_per_1k_tok"]),
-                energy_j_per_1k_std=None,
-                energy_j_per_request=None,
                 n_runs=int(rec["num_samples"]),
-                cv_pct=None,
-                perplexity=None,
                 software=f"torch {rec['torch']}; CUDA {rec['cuda']}"
                 + (f"; torchao {rec['torchao']}" if rec["torchao"] else ""),
                 date=rec["timestamp_utc"][:10],
@@ -800,7 +741,7 @@ def rows_pro6000_e2e(src: Path) -> list[Row]:
             per_req, per_req_std = mean_std([float(r["energy_j"]) / int(r["batch"]) for r in recs])
             key, params = model_key(Path(meta["model"]).name)
             out.append(
-                Row(
+                new_row(
                     gpu=gpu_key(meta["gpu_name"]),
                     model_id="Qwen/Qwen2.5-3B",
                     model_key=key,
@@ -819,7 +760,6 @@ def rows_pro6000_e2e(src: Path) -> list[Row]:
                     energy_j_per_request_std=per_req_std,
                     n_runs=len(recs),
                     cv_pct=_cv(energy, energy_std),
-                    perplexity=None,
                     software=f"torch {meta['torch']}; CUDA runtime {meta['cuda_runtime']}",
                     date="2026-06-08",
                     tier="measured",
@@ -847,25 +787,18 @@ def rows_pro6000_phase(src: Path) -> list[Row]:
             power = float(rec["decode_active_power_w"])
             bs = int(rec["batch_size"])
             out.append(
-                Row(
+                new_row(
                     gpu="rtx_pro_6000",
                     model_id=rec["model"],
                     model_key=key,
                     params_b=params,
                     precision=precision_key(rec["precision"]),
                     batch_size=bs,
-                    prompt_tokens=None,
                     generation_tokens=int(rec["max_new_tokens"]),
                     throughput_tok_s=tps,
-                    throughput_std=None,
                     power_w=power,
-                    power_std=None,
                     energy_j_per_1k=power / tps * 1000.0,
-                    energy_j_per_1k_std=None,
-                    energy_j_per_request=None,
                     n_runs=int(rec["decode_repeat"]),
-                    cv_pct=None,
-                    perplexity=None,
                     software=software,
                     date="2026-06-03",
                     tier="measured",
@@ -931,15 +864,13 @@ def _reported(
     scope: str = "end_to_end",
 ) -> Row:
     key, params = model_key(model)
-    return Row(
+    return new_row(
         gpu=gpu,
         model_id=model,
         model_key=key,
         params_b=params,
         precision=precision,
         batch_size=batch_size,
-        prompt_tokens=None,
-        generation_tokens=None,
         throughput_tok_s=throughput[0],
         throughput_std=throughput[1],
         power_w=power[0],
@@ -947,9 +878,7 @@ def _reported(
         energy_j_per_1k=energy[0],
         energy_j_per_1k_std=energy[1],
         energy_j_per_request=per_request,
-        n_runs=None,
         cv_pct=cv,
-        perplexity=None,
         software=software,
         date=date,
         tier="reported",
