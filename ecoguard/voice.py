@@ -9,17 +9,24 @@ Three formats (``Settings.log_format`` / ``ECOGUARD_LOG_FORMAT``):
 - ``plain``: one line of ``key=value`` pairs without the character, for grep and log search.
 - ``json``: one JSON object per alert, for log pipelines.
 
+The advisor's answers speak in the same voice: the mood tag, one lobster line per mood and
+language, and terminal colours (only on a TTY, and never with ``NO_COLOR``) live here too, so an
+alert and an answer look alike.
+
 Pure string work: no torch, no I/O.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+import sys
+from typing import Any, TextIO
 
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.findings import Finding, Mood
+from ecoguard.knowledge import region
 
 # How the lobster's shell looks in each mood, and what it says once the fix is in.
 SHELL: dict[Mood, str] = {
@@ -36,6 +43,36 @@ COOL_DOWN: dict[Mood, str] = {
     Mood.ORANGE: "One line of change and my shell fades back to green.",
     Mood.RED: "Take me off the stove: apply the fix and the GPU stops cooking both of us.",
     Mood.GRAY: "Back on a stable release, the numbers mean something again.",
+}
+
+# The mood tag that opens an alert and an answer alike.
+MOOD_TAGS: dict[Mood, str] = {mood: f"[{mood.value.upper()}]" for mood in Mood}
+
+_ANSI: dict[Mood, str] = {
+    Mood.GREEN: "\033[32m",
+    Mood.YELLOW: "\033[33m",
+    Mood.ORANGE: "\033[38;5;208m",
+    Mood.RED: "\033[31m",
+    Mood.GRAY: "\033[90m",
+}
+_RESET = "\033[0m"
+
+# The lobster's one line atop an answer, per language and mood.
+LOBSTER_LINES: dict[str, dict[Mood, str]] = {
+    "en": {
+        Mood.GREEN: "EcoLobster waves a calm claw: this setup sips power. Here is the proof.",
+        Mood.YELLOW: "EcoLobster tilts its antennae: it works, but joules are slipping through the net.",
+        Mood.ORANGE: "EcoLobster snaps a claw: energy trap ahead. The data shows where the joules go.",
+        Mood.RED: "EcoLobster turns boiling red: this setup burns power for nothing. Fix it first.",
+        Mood.GRAY: "EcoLobster squints into murky water: the reference data does not reach this far.",
+    },
+    "zh": {
+        Mood.GREEN: "节能龙虾挥挥钳子：这个配置很省电，数据如下。",
+        Mood.YELLOW: "节能龙虾动了动触须：能跑，但有电在悄悄溜走。",
+        Mood.ORANGE: "节能龙虾夹了一下：前方有能耗陷阱，数据告诉你电花在哪儿。",
+        Mood.RED: "节能龙虾急得通红：这个配置在白白烧电，先修它。",
+        Mood.GRAY: "节能龙虾眯眼看浑水：参考数据覆盖不到这里。",
+    },
 }
 
 
@@ -72,8 +109,6 @@ def _price(settings: Settings) -> float | None:
     if settings.price_usd_per_kwh is not None:
         return settings.price_usd_per_kwh
     try:
-        from ecoguard.knowledge import region
-
         return region(settings.region).price_usd_per_kwh
     except Exception:  # knowledge tables absent or unknown region: state no price
         return None
@@ -163,7 +198,7 @@ def render_alert(
         return "ecoguard " + " ".join(fields)
     mood = finding.mood
     lines = [
-        f"[{mood.value.upper()}] EcoLobster, {SHELL[mood]}: {finding.title} ({finding.rule})",
+        f"{mood_tag(mood)} EcoLobster, {SHELL[mood]}: {finding.title} ({finding.rule})",
         f"  config : {config}",
         f"  why    : {finding.message}",
         f"  cost   : {cost}",
@@ -178,3 +213,29 @@ def render_alert(
         lines.append("  note   : this fix may change model outputs slightly; check your evals")
     lines.append(f"  {COOL_DOWN[mood]}")
     return "\n".join(lines)
+
+
+def mood_tag(mood: Mood) -> str:
+    """``[ORANGE]``: the tag an alert and an answer open with."""
+    return MOOD_TAGS[mood]
+
+
+def lobster_line(mood: Mood, language: str) -> str:
+    """The lobster's line for an answer in ``language`` (English when it has none)."""
+    return LOBSTER_LINES.get(language, LOBSTER_LINES["en"])[mood]
+
+
+def use_color(stream: TextIO | None = None, environ: dict[str, str] | None = None) -> bool:
+    """Colours only on a terminal and only when NO_COLOR is unset (https://no-color.org)."""
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR", "") != "":
+        return False
+    stream = sys.stdout if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def colorize(text: str, mood: Mood, enabled: bool) -> str:
+    return f"{_ANSI[mood]}{text}{_RESET}" if enabled else text

@@ -27,7 +27,7 @@ from ecoguard.advisor.protocols import cite
 from ecoguard.advisor.registry import PROTOCOLS
 from ecoguard.advisor.sections import batching_section
 from ecoguard.advisor.texts import Text, trap_text
-from ecoguard.advisor.voice import colorize, lobster_line, mood_tag
+from ecoguard.voice import colorize, lobster_line, mood_tag
 
 __all__ = ["ATTRIBUTION", "BAR_WIDTH", "bar_chart", "render"]
 

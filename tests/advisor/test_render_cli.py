@@ -106,7 +106,7 @@ def test_cli_commands(capsys):
 
 
 def test_no_color_when_not_a_tty_or_no_color(monkeypatch):
-    from ecoguard.advisor.voice import use_color
+    from ecoguard.voice import use_color
 
     class Tty:
         def isatty(self):
@@ -121,6 +121,21 @@ def test_no_color_when_not_a_tty_or_no_color(monkeypatch):
             return False
 
     assert use_color(Pipe(), environ={}) is False
+
+
+def test_alerts_and_answers_share_one_voice():
+    """One voice module: the guard's alert and the advisor's answer open with the same tag, and
+    the answer's lobster line comes from the same place (English for an unknown language)."""
+    import ecoguard.voice as voice
+    from ecoguard.findings import Finding, Mood
+
+    finding = Finding(rule="int8-mixed", mood=Mood.ORANGE, title="t", message="m", fix="f")
+    assert voice.render_alert(finding, log_format="lobster").startswith("[ORANGE] EcoLobster")
+    assert voice.mood_tag(Mood.ORANGE) == "[ORANGE]"
+    assert voice.lobster_line(Mood.RED, "fr") == voice.lobster_line(Mood.RED, "en")
+    assert voice.lobster_line(Mood.GREEN, "zh").startswith("节能龙虾")
+    assert voice.colorize("x", Mood.RED, False) == "x"
+    assert voice.colorize("x", Mood.RED, True) == "\033[31mx\033[0m"
 
 
 def test_no_torch_on_the_advise_path():
