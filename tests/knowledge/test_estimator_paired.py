@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from knowledge_support import deployment
 
 from ecoguard.cli import main
 from ecoguard.config import Settings
-from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
+from ecoguard.deployment import QuantSpec
 from ecoguard.errors import UsageError
 from ecoguard.knowledge import reference_rows
 from ecoguard.knowledge.estimator import estimate, method_error
@@ -20,17 +21,6 @@ from ecoguard.knowledge.evidence import evidence, session_of
 from ecoguard.knowledge.validation import MODES, holdout_points, summary
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _dep(model, gpu, precision, bs=1, gen=None, prompt=None) -> Deployment:
-    return Deployment(
-        model=ModelSpec(id=model),
-        gpu=GpuSpec(profile=gpu),
-        precision=precision,
-        batch_size=bs,
-        generation_tokens=gen,
-        prompt_tokens=prompt,
-    )
 
 
 # ----------------------------------------------------------------------------- paired chain
@@ -56,7 +46,7 @@ def test_estimate_compare_optimize_and_the_alert_agree_to_the_joule():
     from ecoguard.advisor.protocols import compare, optimize
     from ecoguard.rules.impact import impact_between
 
-    dep = _dep("mistral-7b", "a800", "int8_mixed", 1, 256, 512)
+    dep = deployment("mistral-7b", "a800", "int8_mixed", 1, 256, 512)
     settings = Settings()
     cells = {c["precision"]: c for c in compare(dep, settings=settings).rows}
     for precision in ("fp16", "int8_mixed", "int8_pure", "nf4"):
@@ -97,13 +87,13 @@ def test_estimate_compare_optimize_and_the_alert_agree_to_the_joule():
 
 def test_prompt_length_does_not_change_the_figure():
     """estimate and compare once disagreed (6,530 vs 6,907 J/1k) on a length filter."""
-    with_lengths = estimate(_dep("mistral-7b", "a800", "int8_pure", 1, 256, 256))
-    without = estimate(_dep("mistral-7b", "a800", "int8_pure", 1))
+    with_lengths = estimate(deployment("mistral-7b", "a800", "int8_pure", 1, 256, 256))
+    without = estimate(deployment("mistral-7b", "a800", "int8_pure", 1))
     assert with_lengths.energy_per_1k_tokens_j == without.energy_per_1k_tokens_j
 
 
 def test_short_smoke_runs_do_not_pull_the_figure():
-    rtx_pro = estimate(_dep("qwen2.5-3b", "rtx_pro_6000", "fp16"))
+    rtx_pro = estimate(deployment("qwen2.5-3b", "rtx_pro_6000", "fp16"))
     assert rtx_pro.energy_per_1k_tokens_j < 3000  # not the 4,996 J/1k of the 32-token smoke run
 
 
@@ -121,7 +111,7 @@ def test_short_smoke_runs_do_not_pull_the_figure():
     ],
 )
 def test_every_estimate_carries_an_interval_around_it(model, gpu, precision, bs):
-    est = estimate(_dep(model, gpu, precision, bs, 256), requests_per_month=10_000)
+    est = estimate(deployment(model, gpu, precision, bs, 256), requests_per_month=10_000)
     lo, hi = est.energy_per_1k_tokens_j_range
     assert lo <= est.energy_per_1k_tokens_j <= hi and lo < hi
     rlo, rhi = est.energy_per_request_j_range
@@ -137,7 +127,7 @@ def test_every_estimate_carries_an_interval_around_it(model, gpu, precision, bs)
 
 
 def test_confidence_is_read_from_the_methods_hold_out_error():
-    carried = estimate(_dep("llama-3.1-8b", "h100_sxm", "fp16"))
+    carried = estimate(deployment("llama-3.1-8b", "h100_sxm", "fp16"))
     err = method_error("cross-gpu")
     assert carried.holdout_error_pct == (err["median_abs_error_pct"], err["p90_abs_error_pct"])
     expected = (
@@ -155,7 +145,7 @@ def test_confidence_is_read_from_the_methods_hold_out_error():
 
 
 def test_holdout_config_never_lists_a_hidden_row():
-    dep = _dep("qwen2-7b", "rtx5090", "nf4")
+    dep = deployment("qwen2-7b", "rtx5090", "nf4")
     hidden = {
         r.id
         for r in reference_rows()
@@ -169,7 +159,7 @@ def test_holdout_config_never_lists_a_hidden_row():
 
 
 def test_holdout_gpu_answers_from_other_gpus_only():
-    held = estimate(_dep("qwen2-7b", "rtx5090", "fp16"), holdout="gpu")
+    held = estimate(deployment("qwen2-7b", "rtx5090", "fp16"), holdout="gpu")
     assert held.family == "cross-gpu" and held.tier == "extrapolated"
     assert "rtx5090" not in held.carried_from
     rows = {r.id: r for r in reference_rows()}
@@ -178,7 +168,7 @@ def test_holdout_gpu_answers_from_other_gpus_only():
 
 def test_bad_holdout_is_a_usage_error(capsys):
     with pytest.raises(UsageError, match="config, gpu"):
-        estimate(_dep("qwen2-7b", "rtx5090", "fp16"), holdout="model")
+        estimate(deployment("qwen2-7b", "rtx5090", "fp16"), holdout="model")
     argv = ["estimate", "--model", "qwen2-7b", "--gpu", "rtx5090", "--holdout", "nope"]
     assert main(argv) == 2
     assert "invalid choice" in capsys.readouterr().err

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from knowledge_support import build_script, deployment
 
 from ecoguard.cli import main
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, normalize_precision
@@ -28,34 +28,10 @@ from ecoguard.knowledge.estimator import batch_power_law, estimate
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _deployment(model, gpu, precision, bs=1, gen=None, prompt=None) -> Deployment:
-    return Deployment(
-        model=ModelSpec(id=model),
-        gpu=GpuSpec(profile=gpu),
-        precision=precision,
-        batch_size=bs,
-        generation_tokens=gen,
-        prompt_tokens=prompt,
-    )
-
-
-def _build_script():
-    spec = importlib.util.spec_from_file_location(
-        "build_reference", REPO / "tools/build_reference.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["build_reference"] = module  # dataclasses resolve annotations through it
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("build_reference", None)
-    return module
-
-
 def test_build_script_reproduces_data(tmp_path, monkeypatch):
     """The vendored upstream files (data/upstream/, in every clone) rebuild data/ byte for byte."""
     monkeypatch.delenv("ECOGUARD_REFERENCE_DATA", raising=False)
-    module = _build_script()
+    module = build_script()
     assert module.default_source() == REPO / "data" / "upstream"
     module.build(module.default_source(), tmp_path)
     for name in ("reference_rows.json", "README.md"):
@@ -76,9 +52,9 @@ def test_rows_have_tiers_sources_and_exclude_formula_dataset():
 def test_acceptance_a800_batch_sweep_measured():
     """BS 1 -> 64 is read within the one session that measured both (the A800 sweep)."""
     bs1 = estimate(
-        _deployment("mistralai/Mistral-7B-Instruct-v0.2", "a800", "int8_pure", 1, 256, 256)
+        deployment("mistralai/Mistral-7B-Instruct-v0.2", "a800", "int8_pure", 1, 256, 256)
     )
-    bs64 = estimate(_deployment("mistral-7b", "a800", "int8_pure", 64, 256, 256))
+    bs64 = estimate(deployment("mistral-7b", "a800", "int8_pure", 64, 256, 256))
     assert bs1.tier == bs64.tier == "measured"
     assert round((bs64.energy_per_request_j / bs1.energy_per_request_j - 1) * 100, 1) == -95.7
     assert "batch size 1 -> 64 -95.7% (median of 1 same-session pair" in bs64.method
@@ -88,8 +64,8 @@ def test_acceptance_a800_batch_sweep_measured():
 
 
 def test_acceptance_rtx5090_qwen2_7b_nf4_delta_measured():
-    nf4 = estimate(_deployment("Qwen/Qwen2-7B", "rtx5090", "nf4", 1, 512, 128))
-    fp16 = estimate(_deployment("Qwen/Qwen2-7B", "rtx5090", "fp16", 1, 512, 128))
+    nf4 = estimate(deployment("Qwen/Qwen2-7B", "rtx5090", "nf4", 1, 512, 128))
+    fp16 = estimate(deployment("Qwen/Qwen2-7B", "rtx5090", "fp16", 1, 512, 128))
     assert nf4.tier == fp16.tier == "measured"
     delta = (nf4.energy_per_1k_tokens_j / fp16.energy_per_1k_tokens_j - 1) * 100
     assert round(delta, 1) == -31.5  # the median of the four same-session pairs
@@ -99,7 +75,7 @@ def test_acceptance_rtx5090_qwen2_7b_nf4_delta_measured():
 
 
 def test_multiple_measured_rows_are_combined_and_said_so():
-    result = estimate(_deployment("qwen2-7b", "rtx5090", "fp16"))
+    result = estimate(deployment("qwen2-7b", "rtx5090", "fp16"))
     assert result.tier == "measured"
     assert "median of 7 measured sessions" in result.method and len(result.rows) > 1
     low, high = result.energy_per_1k_tokens_j_range
@@ -107,16 +83,16 @@ def test_multiple_measured_rows_are_combined_and_said_so():
 
 
 def test_interpolation_batch_scaling_and_extrapolation_are_labelled():
-    interp = estimate(_deployment("Qwen/Qwen2.5-7B", "a800", "fp16"))
+    interp = estimate(deployment("Qwen/Qwen2.5-7B", "a800", "fp16"))
     assert interp.tier == "derived" and "over model size" in interp.method
-    scaled = estimate(_deployment("yi-1.5-9b", "a800", "fp16", bs=8))
+    scaled = estimate(deployment("yi-1.5-9b", "a800", "fp16", bs=8))
     assert scaled.tier == "derived" and scaled.family == "batch"
     assert "BS 1 -> 8" in scaled.method
     assert (
         scaled.energy_per_1k_tokens_j
-        < estimate(_deployment("yi-1.5-9b", "a800", "fp16")).energy_per_1k_tokens_j
+        < estimate(deployment("yi-1.5-9b", "a800", "fp16")).energy_per_1k_tokens_j
     )
-    carried = estimate(_deployment("llama-3.1-8b", "h100_sxm", "fp16"))
+    carried = estimate(deployment("llama-3.1-8b", "h100_sxm", "fp16"))
     assert carried.tier == "extrapolated" and carried.family == "cross-gpu"
     assert "TDP" in carried.method and "fitted" in carried.method
     assert carried.carried_from and "h100_sxm" not in carried.carried_from
@@ -128,14 +104,14 @@ def test_interpolation_batch_scaling_and_extrapolation_are_labelled():
 def test_tier_none_when_nothing_supports_it():
     result = estimate(Deployment(gpu=GpuSpec(profile="a800")))
     assert result.tier == "none" and result.energy_per_request_j is None
-    fp8_on_volta = estimate(_deployment("qwen2.5-3b", "v100", "fp8_dynamic"))
+    fp8_on_volta = estimate(deployment("qwen2.5-3b", "v100", "fp8_dynamic"))
     assert fp8_on_volta.tier == "none" and "FP8" in fp8_on_volta.method
 
 
 def test_monthly_uses_region_and_settings_overrides():
     from ecoguard.config import Settings
 
-    dep = _deployment("mistral-7b", "a800", "int8_pure", 64, 256, 256)
+    dep = deployment("mistral-7b", "a800", "int8_pure", 64, 256, 256)
     us = estimate(dep, requests_per_month=1_000_000)
     expected_kwh = us.energy_per_request_j * 1_000_000 * 1.1 / 3.6e6
     assert us.monthly.energy_kwh == pytest.approx(expected_kwh)
@@ -146,9 +122,9 @@ def test_monthly_uses_region_and_settings_overrides():
 
 def test_invalid_values_raise_usage_error():
     with pytest.raises(UsageError):
-        estimate(_deployment("7B", "a800", "fp16", bs=0))
+        estimate(deployment("7B", "a800", "fp16", bs=0))
     with pytest.raises(UsageError):
-        estimate(_deployment("7B", "a800", "fp16"), requests_per_month=-1)
+        estimate(deployment("7B", "a800", "fp16"), requests_per_month=-1)
 
 
 @pytest.mark.parametrize(
@@ -411,5 +387,5 @@ def test_build_rows_and_loaded_rows_share_one_schema():
 
     from ecoguard.knowledge.records import ReferenceRow
 
-    built = {f.name for f in dataclasses.fields(_build_script().Row)}
+    built = {f.name for f in dataclasses.fields(build_script().Row)}
     assert built == {f.name for f in dataclasses.fields(ReferenceRow)}

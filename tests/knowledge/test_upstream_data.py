@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from knowledge_support import build_script
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = REPO / "data" / "upstream"
@@ -34,19 +34,6 @@ def _vendored() -> set[str]:
     }
 
 
-def _build_module():
-    spec = importlib.util.spec_from_file_location(
-        "build_reference", REPO / "tools/build_reference.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["build_reference"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("build_reference", None)
-    return module
-
-
 def test_manifest_lists_every_vendored_file_with_its_checksum():
     manifest = _manifest()
     assert set(manifest) == _vendored()
@@ -56,7 +43,7 @@ def test_manifest_lists_every_vendored_file_with_its_checksum():
 
 def test_build_reads_exactly_the_vendored_files(tmp_path, monkeypatch):
     """Nothing vendored that the build does not read, nothing read that is not vendored."""
-    module = _build_module()
+    module = build_script()
     opened: set[str] = set()
     root = str(UPSTREAM) + "/"
 
