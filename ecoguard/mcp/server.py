@@ -114,14 +114,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 async def _run_stdio(server: Any) -> None:
-    """Serve over stdio with every inbound line checked first (ecoguard.mcp_stdio), so a
+    """Serve over stdio with every inbound line checked first (ecoguard.mcp.stdio), so a
     malformed line gets a JSON-RPC error instead of the SDK's silence."""
     lowlevel = getattr(server, "_lowlevel_server", None)
     if lowlevel is None:  # an SDK that moved it: serve as the SDK does, unchecked
         logger.warning("this MCP SDK hides its low-level server; malformed lines go unanswered")
         await server.run_stdio_async()
         return
-    from ecoguard.mcp_stdio import checked_stdio
+    from ecoguard.mcp.stdio import checked_stdio
 
     async with checked_stdio() as (read_stream, write_stream):
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra, SDK 2.x")
 
 from ecoguard.config import Settings
-from ecoguard.mcp_stdio import (
+from ecoguard.mcp.stdio import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -219,7 +219,7 @@ async def test_tool_calls_are_bounded_and_the_excess_refused(monkeypatch):
     import anyio
     from mcp.server.mcpserver.exceptions import ToolError
 
-    import ecoguard.mcp_server as mcp_server
+    import ecoguard.mcp.server as mcp_server
 
     release = threading.Event()
     running = {"now": 0, "most": 0}
@@ -261,7 +261,7 @@ async def test_tool_calls_are_bounded_and_the_excess_refused(monkeypatch):
 async def test_audit_code_has_a_time_limit(monkeypatch):
     from mcp.server.mcpserver.exceptions import ToolError
 
-    import ecoguard.mcp_server as mcp_server
+    import ecoguard.mcp.server as mcp_server
 
     monkeypatch.setattr(mcp_server, "AUDIT_TIME_LIMIT_S", -1.0)
     server = mcp_server.build_server(settings=_settings())
@@ -281,7 +281,7 @@ def test_a_line_over_the_limit_is_refused_unread(monkeypatch):
 
     import anyio
 
-    import ecoguard.mcp_stdio as wire
+    import ecoguard.mcp.stdio as wire
 
     monkeypatch.setattr(wire, "MAX_LINE_BYTES", 64)
     ping = b'{"jsonrpc":"2.0","id":2,"method":"ping"}'

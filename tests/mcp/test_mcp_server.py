@@ -469,7 +469,7 @@ def test_module_import_stays_light():
     import subprocess
 
     code = (
-        "import sys, ecoguard.mcp_server; "
+        "import sys, ecoguard.mcp.server; "
         "print(sorted(m for m in ('mcp', 'pydantic', 'anyio', 'torch') if m in sys.modules))"
     )
     proc = subprocess.run(
@@ -483,7 +483,7 @@ async def test_an_internal_failure_is_a_tool_error_naming_it(monkeypatch):
     would say only 'Error executing tool'); the traceback goes to the log, not the client."""
     from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 
-    import ecoguard.mcp_server as mcp_server
+    import ecoguard.mcp.server as mcp_server
 
     def broken(rule_id: str) -> dict[str, Any]:
         raise RuntimeError(f"boom on {rule_id}")

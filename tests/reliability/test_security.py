@@ -650,9 +650,9 @@ _MCP_PLAUSIBLE: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def mcp_server():
     try:
-        import ecoguard.mcp_server as module
+        import ecoguard.mcp.server as module
     except ImportError as exc:
-        pytest.skip(f"the MCP server (ecoguard/mcp_server.py) is not there: {exc}")
+        pytest.skip(f"the MCP server (ecoguard/mcp/server.py) is not there: {exc}")
     try:
         return module.build_server(settings=Settings(ledger_path=None))
     except UsageError as exc:
