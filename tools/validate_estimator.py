@@ -9,8 +9,9 @@ Writing also refreshes the table between the ``<!-- validation:start -->`` and
 
 The file holds, per ladder method, the hold-out error and residual quantiles that every
 estimate's interval and confidence are read from, the summaries by hold-out mode, every scored
-point, and the leave-one-GPU-out error of each cross-GPU carrier considered (the one shipped is
-the lowest). Deterministic: the same rows give the same bytes.
+point, the leave-one-GPU-out error of each cross-GPU carrier considered (the one shipped is
+the lowest), and both hold-outs' error with each other design choice of the ladder flipped
+alone (``ladder.Choices``). Deterministic: the same rows give the same bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,30 +33,54 @@ from ecoguard.knowledge import ladder, validation  # noqa: E402
 OUT = REPO / "data" / "estimator_validation.json"
 DOCS = (REPO / "README.md", REPO / "docs" / "knowledge.md")
 START, END = "<!-- validation:start -->", "<!-- validation:end -->"
-CARRIERS = ("fitted", "tdp-bandwidth", "identity")
+SCORES = ("answered", "median_abs_error_pct", "p90_abs_error_pct")
+# Each alternative to the shipped ladder.Choices, flipped alone: its name in the JSON and docs.
+ALTERNATIVES = {
+    "inverse ratio before size": replace(ladder.SHIPPED, size_before_inverse=False),
+    "ratio held 2x (as sizes)": replace(ladder.SHIPPED, ratio_hold=2.0),
+    "two-nearest-sizes slope": replace(ladder.SHIPPED, ols_extrapolation=False),
+}
+
+
+@contextmanager
+def choices(chosen: ladder.Choices) -> Iterator[None]:
+    """Score with ``chosen`` (the ladder's memo lives on the cached evidence: both reset)."""
+    shipped = ladder.CHOICES
+    ladder.CHOICES = chosen
+    evidence_module._cache.clear()
+    try:
+        yield
+    finally:
+        ladder.CHOICES = shipped
+        evidence_module._cache.clear()
+
+
+def scores(mode: str) -> dict:
+    s = validation.summary(validation.holdout_points(mode), mode)
+    return {k: s[k] for k in SCORES}
 
 
 def carrier_comparison() -> dict:
-    chosen = ladder.CARRIER
     out = {}
-    try:
-        for carrier in CARRIERS:
-            ladder.CARRIER = carrier
-            evidence_module._cache.clear()
-            s = validation.summary(validation.holdout_points("gpu"), "gpu")
-            out[carrier] = {
-                k: s[k] for k in ("answered", "median_abs_error_pct", "p90_abs_error_pct")
-            }
-    finally:
-        ladder.CARRIER = chosen
-        evidence_module._cache.clear()
+    for carrier in ladder.CARRIERS:
+        with choices(replace(ladder.SHIPPED, carrier=carrier)):
+            out[carrier] = scores("gpu")
+    return out
+
+
+def choice_comparison() -> dict:
+    out = {}
+    for name, alternative in ALTERNATIVES.items():
+        with choices(alternative):
+            out[name] = {mode: scores(mode) for mode in validation.MODES}
     return out
 
 
 def render() -> str:
     table = validation.validate()
     table["carriers"] = carrier_comparison()
-    table["carrier_chosen"] = ladder.CARRIER
+    table["carrier_chosen"] = ladder.SHIPPED.carrier
+    table["choices"] = choice_comparison()
     return json.dumps(table, indent=1, sort_keys=True) + "\n"
 
 
@@ -83,8 +111,24 @@ def markdown(table: dict) -> str:
             for name, c in sorted(table["carriers"].items())
         )
         + ".",
+        "",
+        "Each other design choice flipped alone (leave one configuration out; leave one GPU out), "
+        "against the shipped "
+        + _pair(table["summary"]["config"], table["summary"]["gpu"])
+        + ": "
+        + "; ".join(
+            f"{name} {_pair(c['config'], c['gpu'])}" for name, c in sorted(table["choices"].items())
+        )
+        + ".",
     ]
     return "\n".join(lines)
+
+
+def _pair(config: dict, gpu: dict) -> str:
+    return (
+        f"{config['median_abs_error_pct']}% / {config['p90_abs_error_pct']}% and "
+        f"{gpu['median_abs_error_pct']}% / {gpu['p90_abs_error_pct']}% (median / p90)"
+    )
 
 
 def with_table(text: str, table_md: str) -> str:

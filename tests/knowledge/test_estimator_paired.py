@@ -210,6 +210,19 @@ def test_validation_meets_the_targets_and_the_shipped_table_is_current():
     carriers = shipped["carriers"]
     chosen = carriers[shipped["carrier_chosen"]]["median_abs_error_pct"]
     assert chosen == min(c["median_abs_error_pct"] for c in carriers.values())
+    # Every other design choice is scored and really changes the ladder (its branch runs): no
+    # alternative scores exactly like the shipped set in both hold-outs.
+    assert set(shipped["choices"]) == {
+        "inverse ratio before size",
+        "ratio held 2x (as sizes)",
+        "two-nearest-sizes slope",
+    }
+    for name, alternative in shipped["choices"].items():
+        assert any(
+            alternative[mode][k] != shipped["summary"][mode][k]
+            for mode in ("config", "gpu")
+            for k in ("answered", "median_abs_error_pct", "p90_abs_error_pct")
+        ), name
 
 
 def test_holdout_scores_are_not_trivial():
