@@ -171,6 +171,16 @@ def cite(
     return tuple(sources), tiers
 
 
+def cited_result(
+    evidence: Iterable[str], extra_sources: Iterable[str] = (), **fields: Any
+) -> AdvisorResult:
+    """The protocol's result with its sources and evidence: the reference rows it used (each
+    once, in order of first use) and the sources behind them."""
+    row_ids = tuple(dict.fromkeys(evidence))
+    sources, _tiers = cite(row_ids, extra_sources)
+    return AdvisorResult(sources=sources, evidence=row_ids, **fields)
+
+
 # The answer speaks the question's language; the knowledge table's labels are English.
 _EQUIVALENT_LABELS_ZH = {
     "car_km": "公里（普通乘用车行驶里程）",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from ecoguard.advisor.estimates import (
@@ -12,7 +13,7 @@ from ecoguard.advisor.estimates import (
 )
 from ecoguard.advisor.protocols.base import (
     AdvisorResult,
-    cite,
+    cited_result,
     figure,
     with_precision,
 )
@@ -21,6 +22,39 @@ from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment
 from ecoguard.faults import record_fault
 from ecoguard.findings import Finding, Mood
+from ecoguard.knowledge import crossover
+from ecoguard.rules import RULES, explain
+
+# The architectures whose crossover size a small-model-quant diagnosis shows.
+_CROSSOVER_ARCHITECTURES = ("turing", "ampere", "ada", "blackwell")
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A precision that might explain the observed figures: how far its expected figures lie
+    from them (mean |log ratio|) and the estimate behind that."""
+
+    precision: str
+    distance: float
+    estimate: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Expectation:
+    """The deployment diagnosed (with the precision inferred when none was stated), what the
+    estimator expects for it, the precisions tried, and a note when one was inferred."""
+
+    deployment: Deployment
+    expected: dict[str, Any]
+    candidates: list[_Candidate]
+    notes: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    mood: Mood
+    recommendation: dict[str, Any] | None
+    notes: list[str]
 
 
 def _relative_gap(observed: float | None, expected: float | None) -> float | None:
@@ -49,48 +83,113 @@ def diagnose(
         "energy_per_1k_tokens_j": observed_energy_j_per_1k,
     }
     has_observed = any(v is not None for v in observed.values())
+    seen = _expectation(deployment, observed, settings, requests_per_month, language)
+    dep, expected = seen.deployment, seen.expected
+    comparisons = _comparisons(observed, expected)
+    traps = [f for f in run_rules(dep, settings) if f.mood.rank >= Mood.YELLOW.rank]
+    general = False
+    if not traps and not has_observed and dep.model.params_b is None:
+        # A general question ("why is 4-bit sometimes worse?"): the trap that precision is known
+        # for, explained from its evidence rows rather than from this (model-less) deployment.
+        traps = general_traps(dep.precision)
+        general = bool(traps)
+    gaps = [abs(c["gap_pct"]) for c in comparisons if c["gap_pct"] is not None]
+    confidence = _confidence(traps, gaps, general, seen.candidates, deployment.precision)
+    explained, explained_rows = _explained(traps)
+    evidence = [*(expected.get("rows") or ()), *(r for f in traps for r in f.evidence)]
+    verdict = _verdict(traps, expected, gaps, confidence, language)
+    return cited_result(
+        [*evidence, *explained_rows],
+        expected.get("sources") or (),
+        protocol="diagnose",
+        mood=verdict.mood,
+        language=language,
+        deployment=dep,
+        findings=tuple(traps),
+        recommendation=verdict.recommendation,
+        rows=tuple(comparisons),
+        tier=expected.get("tier", "none"),
+        current=expected,
+        notes=tuple(seen.notes + verdict.notes),
+        extra={
+            "confidence": confidence,
+            "explained": explained,
+            "crossovers": _crossovers(traps, dep),
+            "candidates": [
+                {"precision": c.precision, "distance": round(c.distance, 3)}
+                for c in seen.candidates
+            ],
+        },
+    )
+
+
+def _expectation(
+    deployment: Deployment,
+    observed: dict[str, float | None],
+    settings: Settings,
+    requests_per_month: int | None,
+    language: str,
+) -> _Expectation:
+    """The deployment to diagnose and its expected figures. With figures observed for a known
+    model, each precision (the stated one, else all) is ranked by how near its expectation lies;
+    without a stated precision the nearest is taken, and said so."""
+    has_observed = any(v is not None for v in observed.values())
+    candidates: list[_Candidate] = []
     notes: list[str] = []
-    candidates_tried: list[dict[str, Any]] = []
     dep = deployment
     if has_observed and (deployment.model.params_b or deployment.model.id):
-        # How far each precision's expectation is from what the user sees (mean |log ratio|).
-        for precision in [deployment.precision] if deployment.precision else PRECISIONS:
-            est = estimate_dict(
-                run_estimate(with_precision(deployment, precision), settings, requests_per_month)
-            )
-            gaps = [
-                abs(math.log(value / expected))
-                for key, value in observed.items()
-                if value and (expected := figure(est, key))
-            ]
-            if gaps:
-                candidates_tried.append(
-                    {"precision": precision, "distance": sum(gaps) / len(gaps), "estimate": est}
-                )
-        candidates_tried.sort(key=lambda c: c["distance"])
-        if candidates_tried and deployment.precision is None:
-            dep = with_precision(deployment, candidates_tried[0]["precision"])
+        candidates = _rank_precisions(deployment, observed, settings, requests_per_month)
+        if candidates and deployment.precision is None:
+            dep = with_precision(deployment, candidates[0].precision)
             notes.append(
                 Text(
-                    f"No precision stated; your figures sit nearest {candidates_tried[0]['precision']}.",
-                    f"未说明精度；你的数据最接近 {candidates_tried[0]['precision']}。",
+                    f"No precision stated; your figures sit nearest {candidates[0].precision}.",
+                    f"未说明精度；你的数据最接近 {candidates[0].precision}。",
                 ).get(language)
             )
     elif deployment.precision is None:
         dep = with_precision(deployment, "fp16")
-    expected = (
-        candidates_tried[0]["estimate"]
-        if candidates_tried
-        and (deployment.precision is None or candidates_tried[0]["precision"] == dep.precision)
-        else estimate_dict(run_estimate(dep, settings, requests_per_month))
-    )
-    comparisons = []
+    if candidates and (deployment.precision is None or candidates[0].precision == dep.precision):
+        expected = candidates[0].estimate
+    else:
+        expected = estimate_dict(run_estimate(dep, settings, requests_per_month))
+    return _Expectation(dep, expected, candidates, notes)
+
+
+def _rank_precisions(
+    deployment: Deployment,
+    observed: dict[str, float | None],
+    settings: Settings,
+    requests_per_month: int | None,
+) -> list[_Candidate]:
+    """Each precision's distance from what the user sees (mean |log ratio|), nearest first."""
+    candidates: list[_Candidate] = []
+    for precision in [deployment.precision] if deployment.precision else PRECISIONS:
+        est = estimate_dict(
+            run_estimate(with_precision(deployment, precision), settings, requests_per_month)
+        )
+        gaps = [
+            abs(math.log(value / expected))
+            for key, value in observed.items()
+            if value and (expected := figure(est, key))
+        ]
+        if gaps:
+            candidates.append(_Candidate(precision, sum(gaps) / len(gaps), est))
+    candidates.sort(key=lambda c: c.distance)
+    return candidates
+
+
+def _comparisons(
+    observed: dict[str, float | None], expected: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One row per observed figure: the expected one beside it and the gap in percent."""
+    rows = []
     for key, value in observed.items():
         if value is None:
             continue
         exp = figure(expected, key)
         gap = _relative_gap(value, exp)
-        comparisons.append(
+        rows.append(
             {
                 "metric": key,
                 "observed": value,
@@ -99,44 +198,43 @@ def diagnose(
                 "tier": expected.get("tier", "none"),
             }
         )
-    findings = run_rules(dep, settings)
-    traps = [f for f in findings if f.mood.rank >= Mood.YELLOW.rank]
-    general = False
-    if not traps and not has_observed and dep.model.params_b is None:
-        # A general question ("why is 4-bit sometimes worse?"): the trap that precision is known
-        # for, explained from its evidence rows rather than from this (model-less) deployment.
-        traps = general_traps(dep.precision)
-        general = bool(traps)
-    gaps = [abs(c["gap_pct"]) for c in comparisons if c["gap_pct"] is not None]
-    if traps:
-        if not gaps:
-            confidence = "medium"  # the configuration matches; no figure to confirm it
-        elif max(gaps) <= 20:
-            confidence = "high"
-        elif max(gaps) <= 50:
-            confidence = "medium"
-        else:
-            confidence = "low"
-    else:
-        confidence = "none"
+    return rows
+
+
+def _confidence(
+    traps: list[Finding],
+    gaps: list[float],
+    general: bool,
+    candidates: list[_Candidate],
+    stated_precision: str | None,
+) -> str:
+    """How sure the match is: a trap whose figures sit within 20% is high, within 50% medium;
+    a trap with no figure to confirm it is medium; a general question is ``general``."""
     if general:
-        confidence = "general"
-    second = candidates_tried[1] if len(candidates_tried) > 1 else None
+        return "general"
+    if not traps:
+        return "none"
+    if not gaps:
+        return "medium"  # the configuration matches; no figure to confirm it
+    if max(gaps) > 50:
+        return "low"
+    if max(gaps) > 20:
+        return "medium"
     if (
-        confidence == "high"
-        and second is not None
-        and candidates_tried[0]["distance"] * 2 > second["distance"]
-        and deployment.precision is None
+        len(candidates) > 1
+        and candidates[0].distance * 2 > candidates[1].distance
+        and stated_precision is None
     ):
-        confidence = "medium"  # two precisions explain the figures almost equally well
-    evidence: list[str] = list(expected.get("rows") or ())
-    for f in traps:
-        evidence.extend(f.evidence)
+        return "medium"  # two precisions explain the figures almost equally well
+    return "high"
+
+
+def _explained(traps: list[Finding]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each trap's rule explained (why, evidence rows), and the ids of those rows."""
     explained: list[dict[str, Any]] = []
+    row_ids: list[str] = []
     for f in traps:
         try:
-            from ecoguard.rules import explain
-
             info = explain(f.rule)
         except Exception as exc:
             record_fault("advisor.explain", exc)
@@ -145,10 +243,21 @@ def diagnose(
         for item in rows:
             row_id = item.get("id") if isinstance(item, dict) else item
             if isinstance(row_id, str):
-                evidence.append(row_id)
+                row_ids.append(row_id)
         explained.append({"rule": f.rule, "why": info.get("why"), "evidence": rows})
+    return explained, row_ids
+
+
+def _verdict(
+    traps: list[Finding],
+    expected: dict[str, Any],
+    gaps: list[float],
+    confidence: str,
+    language: str,
+) -> _Verdict:
+    """The mood and recommendation: the worst trap and its fix; gray without data; else green,
+    or yellow with a note when the figures are far from the reference and no trap explains it."""
     if traps:
-        mood = Mood.worst(f.mood for f in traps)
         top = traps[0]
         recommendation = {
             "rule": top.rule,
@@ -157,70 +266,50 @@ def diagnose(
             "fix_summary": top.fix_summary,
             "changes_outputs": top.changes_outputs,
         }
-    elif expected.get("tier", "none") == "none":
-        mood = Mood.GRAY
-        recommendation = None
-    else:
-        mood = Mood.GREEN if not gaps or max(gaps) <= 25 else Mood.YELLOW
-        recommendation = {"rule": None, "confidence": "none"}
-        if gaps and max(gaps) > 25:
-            notes.append(
-                Text(
-                    "No known trap matches, yet your figures are far from the reference: check the power limit, "
-                    "clocks, thermals and what else runs on the GPU, then measure with `ecoguard bench`.",
-                    "没有匹配的已知陷阱，但你的数据与参考值相差很大：请检查功耗上限、频率、温度以及 GPU 上的其他任务，"
-                    "然后用 `ecoguard bench` 实测。",
-                ).get(language)
-            )
-    crossovers: list[dict[str, Any]] = []
-    if any(f.rule == "small-model-quant" for f in traps):
-        from ecoguard.knowledge import crossover
+        return _Verdict(Mood.worst(f.mood for f in traps), recommendation, [])
+    if expected.get("tier", "none") == "none":
+        return _Verdict(Mood.GRAY, None, [])
+    far = bool(gaps) and max(gaps) > 25
+    notes = []
+    if far:
+        notes.append(
+            Text(
+                "No known trap matches, yet your figures are far from the reference: check the power limit, "
+                "clocks, thermals and what else runs on the GPU, then measure with `ecoguard bench`.",
+                "没有匹配的已知陷阱，但你的数据与参考值相差很大：请检查功耗上限、频率、温度以及 GPU 上的其他任务，"
+                "然后用 `ecoguard bench` 实测。",
+            ).get(language)
+        )
+    mood = Mood.YELLOW if far else Mood.GREEN
+    return _Verdict(mood, {"rule": None, "confidence": "none"}, notes)
 
-        for arch in ("turing", "ampere", "ada", "blackwell"):
-            try:
-                cross = crossover(
-                    arch,
-                    dep.precision if dep.precision in ("nf4", "int8_mixed", "int8_pure") else "nf4",
-                )
-            except Exception as exc:
-                record_fault("advisor.crossover", exc)
-                continue
-            if cross.fitted_b is None and cross.reported_b is None:
-                continue  # neither a fitted nor a published crossover: nothing to show
-            crossovers.append(
-                {
-                    "architecture": arch,
-                    "precision": cross.precision,
-                    "fitted_b": cross.fitted_b,
-                    "fitted_tier": cross.fitted_tier,
-                    "reported_b": cross.reported_b,
-                    "reported_tier": cross.reported_tier,
-                }
-            )
-    sources, _tiers = cite(evidence, expected.get("sources") or ())
-    return AdvisorResult(
-        protocol="diagnose",
-        mood=mood,
-        language=language,
-        deployment=dep,
-        findings=tuple(traps),
-        recommendation=recommendation,
-        rows=tuple(comparisons),
-        tier=expected.get("tier", "none"),
-        sources=sources,
-        evidence=tuple(dict.fromkeys(evidence)),
-        current=expected,
-        notes=tuple(notes),
-        extra={
-            "confidence": confidence,
-            "explained": explained,
-            "crossovers": crossovers,
-            "candidates": [
-                {"precision": c["precision"], "distance": round(c["distance"], 3)}
-                for c in candidates_tried
-            ],
-        },
-    )
+
+def _crossovers(traps: list[Finding], dep: Deployment) -> list[dict[str, Any]]:
+    """For a small-model-quant trap: the size above which quantizing saves energy, per
+    architecture, fitted and published (those with neither are left out)."""
+    if not any(f.rule == "small-model-quant" for f in traps):
+        return []
+    precision = dep.precision if dep.precision in ("nf4", "int8_mixed", "int8_pure") else "nf4"
+    out: list[dict[str, Any]] = []
+    for arch in _CROSSOVER_ARCHITECTURES:
+        try:
+            cross = crossover(arch, precision)
+        except Exception as exc:
+            record_fault("advisor.crossover", exc)
+            continue
+        if cross.fitted_b is None and cross.reported_b is None:
+            continue  # neither a fitted nor a published crossover: nothing to show
+        out.append(
+            {
+                "architecture": arch,
+                "precision": cross.precision,
+                "fitted_b": cross.fitted_b,
+                "fitted_tier": cross.fitted_tier,
+                "reported_b": cross.reported_b,
+                "reported_tier": cross.reported_tier,
+            }
+        )
+    return out
 
 
 _GENERAL_RULE = {
@@ -239,27 +328,18 @@ def general_trap_rule(precision: str | None) -> str | None:
 
 
 def general_traps(precision: str | None) -> list[Finding]:
-    """The rule's own finding text for a precision asked about in general, from explain()."""
-    rule = _GENERAL_RULE.get(precision or "")
-    if rule is None:
+    """The rule's own finding text (from ``RULES``) for a precision asked about in general."""
+    spec = RULES.get(general_trap_rule(precision) or "")
+    if spec is None:
         return []
-    try:
-        from ecoguard.rules import RULES, explain
-
-        info = explain(rule)
-        spec = RULES[rule]
-    except Exception as exc:
-        record_fault("advisor.general_trap", exc)
-        return []
-    mood = Mood.RED if rule == "fp8-eager" else Mood.ORANGE
     return [
         Finding(
-            rule=rule,
-            mood=mood,
-            title=str(info.get("title") or getattr(spec, "title", rule)),
-            message=str(info.get("what") or getattr(spec, "summary", "")),
-            fix=str(info.get("fix") or ""),
+            rule=spec.id,
+            mood=Mood.RED if spec.id == "fp8-eager" else Mood.ORANGE,
+            title=spec.title,
+            message=spec.summary,
+            fix=spec.fix,
             fix_summary="",
-            changes_outputs=bool(getattr(spec, "changes_outputs", False)),
+            changes_outputs=spec.changes_outputs,
         )
     ]
