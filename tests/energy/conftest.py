@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from ecoguard.testing.fake_nvml import FakeNvmlConfig, build_library, gcc_available, load_in_process
+from ecoguard.testing.fake_nvml import (
+    FakeNvmlClock,
+    FakeNvmlConfig,
+    build_library,
+    gcc_available,
+    load_in_process,
+)
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +62,54 @@ def nvml_meter(fake_nvml):
     yield make
     for meter in meters:
         meter.stop()
+
+
+@pytest.fixture
+def nvml_clock(fake_nvml_library):
+    """The fake driver's clock: manual once a test enables the driver with ``clock="manual"``."""
+    return FakeNvmlClock(fake_nvml_library)
+
+
+@pytest.fixture
+def manual_nvml_meter(fake_nvml, nvml_clock):
+    """``make(hz=..., calibrate=True, **config_fields) -> (meter, config, clock)``: a meter on the
+    fake driver's manual clock, not started. Its counters are calibrated by hand on that clock
+    (as the sampler's first pass does, without waiting in real time); a test moves time with
+    ``clock.advance(..., step_s=meter.sampler.interval_s, on_step=meter.sampler.sample_once)``,
+    which reads the GPUs as the sampler thread would. Meters stop at teardown."""
+    from ecoguard.config import Settings
+    from ecoguard.energy import Meter
+    from ecoguard.energy.backends import NvmlBackend
+
+    meters = []
+
+    def make(*, hz: float = 10.0, calibrate: bool = True, **fields):
+        config = fake_nvml(clock="manual", **fields)
+        backend = NvmlBackend.probe()
+        meter = Meter(
+            Settings(ledger_path=None, sample_hz=hz),
+            backend=backend,
+            clock=nvml_clock,
+            calibrate=False,
+        )
+        meters.append(meter)
+        if calibrate:
+            calibrate_on(meter, nvml_clock)
+        return meter, config, nvml_clock
+
+    yield make
+    for meter in meters:
+        meter.stop()
+
+
+def calibrate_on(meter, clock: FakeNvmlClock) -> None:
+    """The sampler's first pass (every GPU read, then each counter calibrated with every GPU
+    read again after it), with the calibration's waits taken on ``clock`` instead of real time."""
+    meter.sampler.sample_once()
+    for track in meter.tracks:
+        if track.has_counter and not track.stale:
+            assert track.calibrate(sleep=clock.sleep), f"GPU {track.index} did not calibrate"
+            meter.sampler.sample_once()
 
 
 @pytest.fixture(autouse=True)

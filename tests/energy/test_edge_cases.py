@@ -162,7 +162,6 @@ def test_restart_after_a_timed_out_stop_leaves_one_sampler_thread():
     """stop() gives up waiting after its timeout; a start() then must not leave the old thread
     sampling beside the new one."""
     import threading
-    import time
 
     from ecoguard.energy.sampler import THREAD_NAME, Sampler
 
@@ -176,16 +175,13 @@ def test_restart_after_a_timed_out_stop_leaves_one_sampler_thread():
     sampler.sample_once = slow_sample
     sampler.start()
     assert entered.wait(5.0)
+    old = sampler._thread
     sampler.stop(timeout=0.01)  # the old thread is stuck inside a sample
     sampler.sample_once = lambda: None
     sampler.start()
     gate.set()  # the old thread finishes its sample and must now end
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
-        alive = [t for t in threading.enumerate() if t.name == THREAD_NAME and t.is_alive()]
-        if len(alive) == 1:
-            break
-        time.sleep(0.02)
+    old.join(5.0)
+    alive = [t for t in threading.enumerate() if t.name == THREAD_NAME and t.is_alive()]
     try:
         assert len(alive) == 1
     finally:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
 
+from ecoguard.testing.fake_nvml import FakeNvmlConfig
 
-def test_fake_nvml_answers_like_a_driver(fake_nvml):
+
+def test_fake_nvml_answers_like_a_driver(fake_nvml, nvml_clock):
     pynvml = pytest.importorskip("pynvml")
-    config = fake_nvml(gpus=2, base_w=(300.0,), amp_w=(0.0,))
+    config = fake_nvml(gpus=2, base_w=(300.0,), amp_w=(0.0,), clock="manual")
     pynvml.nvmlInit()
     try:
         assert pynvml.nvmlDeviceGetCount() == 2
@@ -22,7 +25,7 @@ def test_fake_nvml_answers_like_a_driver(fake_nvml):
         field = pynvml.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_POWER_INSTANT])[0]
         assert field.nvmlReturn == 0 and field.value.uiVal == 300_000
         first = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        time.sleep(0.25)
+        nvml_clock.advance(0.25)
         second = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
         # Quantised to 100 ms updates at 300 W: the delta is a whole number of 30 J steps.
         assert (second - first) % 30_000 in (0, 1, 29_999)
@@ -55,3 +58,73 @@ def test_analytic_energy_matches_power_integral():
     dt = (t1 - t0) / steps
     riemann = sum(config.power_w(1, t0 + (i + 0.5) * dt) for i in range(steps)) * dt
     assert config.energy_j(1, t0, t1) == pytest.approx(riemann, rel=1e-9)
+
+
+def _counter_mj(config, gpu, t):
+    """What the quantised counter reads at driver time ``t`` (mJ), from the Python mirror."""
+    u = config.update_offset_s + math.floor((t - config.update_offset_s) / config.update_s) * (
+        config.update_s
+    )
+    return math.floor(config.energy_j(gpu, 0.0, u) * 1000.0)
+
+
+def test_manual_clock_moves_only_when_told(fake_nvml, nvml_clock):
+    """On the manual clock the driver's time stands still between readings, moves by ``tick_s``
+    per reading of energy or power, and by exactly what the test advances; the counter, the
+    instant power and the lost-GPU schedule all follow it, and a re-init never sets it back."""
+    pynvml = pytest.importorskip("pynvml")
+    config = fake_nvml(gpus=1, clock="manual", tick_s=0.001, lost_after_s=3.0)
+    pynvml.nvmlInit()
+    try:
+        assert nvml_clock.manual
+        t0 = nvml_clock()
+        assert nvml_clock.init_s == t0
+        time.sleep(0.01)  # real time passes; the driver's does not
+        assert nvml_clock() == t0
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        first = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        assert nvml_clock() == pytest.approx(t0 + 0.001, abs=1e-9)  # one tick per reading
+        assert first == _counter_mj(config, 0, nvml_clock())
+        nvml_clock.advance(1.25)
+        assert nvml_clock() == pytest.approx(t0 + 1.251, abs=1e-9)
+        second = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        assert second == _counter_mj(config, 0, nvml_clock())
+        assert second - first == pytest.approx(
+            1000.0 * config.energy_j(0, t0 + 0.001, t0 + 1.252), abs=0.1 * 400_000
+        )
+        field = pynvml.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_POWER_INSTANT])[0]
+        assert field.value.uiVal == int(config.power_w(0, nvml_clock()) * 1000.0)
+        steps = []
+        nvml_clock.advance(0.35, step_s=0.1, on_step=lambda: steps.append(nvml_clock()))
+        assert [round(t - t0, 6) for t in steps] == [1.353, 1.453, 1.553, 1.603]
+        nvml_clock.advance_to(nvml_clock.init_s + 3.0)  # the GPU is lost 3 s after init
+        with pytest.raises(pynvml.NVMLError) as info:
+            pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        assert info.value.value == pynvml.NVML_ERROR_GPU_IS_LOST
+        before = nvml_clock()
+        pynvml.nvmlInit()  # a re-init restarts the lost schedule, not the clock
+        assert nvml_clock() == before and nvml_clock.init_s == before
+        assert pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) >= second
+        with pytest.raises(ValueError, match="already past"):
+            nvml_clock.advance_to(before - 1.0)
+        with pytest.raises(ValueError, match="only moves forward"):
+            nvml_clock.advance(-0.1)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_real_time_stays_the_default(fake_nvml, nvml_clock):
+    pynvml = pytest.importorskip("pynvml")
+    fake_nvml(gpus=1)
+    pynvml.nvmlInit()
+    try:
+        assert not nvml_clock.manual
+        assert abs(nvml_clock() - time.monotonic()) < 0.5  # CLOCK_MONOTONIC, like Python's
+        with pytest.raises(RuntimeError, match="real time"):
+            nvml_clock.advance(1.0)
+    finally:
+        pynvml.nvmlShutdown()
+    with pytest.raises(ValueError, match="clock must be one of"):
+        FakeNvmlConfig(clock="fast")
+    with pytest.raises(ValueError, match="tick_s"):
+        FakeNvmlConfig(tick_s=-1.0)

@@ -20,8 +20,16 @@
  *   FAKE_NVML_LOST_AFTER_S / FAKE_NVML_LOST_GPU: that GPU (-1: all) answers GPU_IS_LOST after
  *     that many seconds since init,
  *   FAKE_NVML_RESET_AFTER_S: the counter restarts from zero that many seconds after init,
- *   FAKE_NVML_NOISE_W: uniform noise of +-that many watts on instant power readings (field 186).
+ *   FAKE_NVML_NOISE_W: uniform noise of +-that many watts on instant power readings (field 186),
+ *   FAKE_NVML_CLOCK ("monotonic"; "manual": see below), FAKE_NVML_CLOCK_TICK_S (0.00001).
  * The same formulas are mirrored in ecoguard/testing/fake_nvml/__init__.py.
+ *
+ * Time. By default t is CLOCK_MONOTONIC, so the fake runs in real time. With
+ * FAKE_NVML_CLOCK=manual, t is a clock of the library's own that moves only when a test moves it
+ * (fake_nvml_clock_advance) and by FAKE_NVML_CLOCK_TICK_S on each reading of energy or power (a
+ * read takes time on real hardware too, and a loop polling the counter must see it change). The
+ * manual clock starts at 1000 s, never runs back and survives re-initialisation; a test shares it
+ * with the meter through fake_nvml_clock_now (FakeNvmlClock in Python) and sleeps by advancing it.
  */
 #include <math.h>
 #include <stdint.h>
@@ -100,10 +108,45 @@ static double noise_unit(void) {
 }
 static char name_template[96] = "NVIDIA A800-SXM4-80GB";
 
-static double now_s(void) {
+static int clock_manual = 0;
+static int64_t manual_ns = 1000000000000LL; /* the manual clock, in ns (atomic: ctypes calls
+                                               run without the GIL) */
+static int64_t tick_ns = 10000;
+
+static double monotonic_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The time now, without moving the manual clock. */
+static double now_s(void) {
+    if (!clock_manual) return monotonic_s();
+    return (double)__atomic_load_n(&manual_ns, __ATOMIC_SEQ_CST) * 1e-9;
+}
+
+/* The time of a reading: the manual clock moves on by one tick first. */
+static double reading_s(void) {
+    if (!clock_manual) return monotonic_s();
+    return (double)__atomic_add_fetch(&manual_ns, tick_ns, __ATOMIC_SEQ_CST) * 1e-9;
+}
+
+/* Exported for tests (FakeNvmlClock): the library's time in seconds, whichever clock it runs on. */
+double fake_nvml_clock_now(void) { return now_s(); }
+
+/* 1 when the manual clock is in use (set by the last nvmlInit from FAKE_NVML_CLOCK), else 0. */
+int fake_nvml_clock_is_manual(void) { return clock_manual; }
+
+/* The time of the last successful nvmlInit (s): lost_after_s and reset_after_s count from it. */
+double fake_nvml_init_time(void) { return init_time; }
+
+/* Move the manual clock on by `seconds` (>= 0). Returns 0; 1 when the clock is not manual (nothing
+   moves); 2 when seconds is negative or not a number. */
+int fake_nvml_clock_advance(double seconds) {
+    if (!(seconds >= 0.0) || seconds > 1e9) return 2;
+    if (!clock_manual) return 1;
+    __atomic_add_fetch(&manual_ns, (int64_t)llround(seconds * 1e9), __ATOMIC_SEQ_CST);
+    return 0;
 }
 
 static double env_double(const char *key, double fallback) {
@@ -142,6 +185,10 @@ static void configure(void) {
     mem_mb = (unsigned int)env_double("FAKE_NVML_MEM_MB", 81920);
     tdp_w = (unsigned int)env_double("FAKE_NVML_TDP_W", 400);
     noise_w = env_double("FAKE_NVML_NOISE_W", 0.0);
+    const char *clock_mode = getenv("FAKE_NVML_CLOCK");
+    clock_manual = (clock_mode && strcmp(clock_mode, "manual") == 0);
+    tick_ns = (int64_t)llround(env_double("FAKE_NVML_CLOCK_TICK_S", 0.00001) * 1e9);
+    if (tick_ns < 0) tick_ns = 0;
     const char *cc = getenv("FAKE_NVML_CC");
     if (cc && *cc) sscanf(cc, "%d.%d", &cc_major, &cc_minor);
     else { cc_major = 8; cc_minor = 0; }
@@ -316,7 +363,7 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimit(void *handle, unsigned int *limit
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *handle, unsigned long long *energy_mj) {
     DEVICE_OR_RETURN(handle);
     if (!counter_supported) return NVML_ERROR_NOT_SUPPORTED;
-    double t = now_s();
+    double t = reading_s();
     double u = update_offset_s + floor((t - update_offset_s) / update_s) * update_s;
     double joules = energy_at(d, u);
     if (reset_after_s >= 0) {
@@ -329,7 +376,7 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *handle, unsigned long lon
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(void *handle, unsigned int *power_mw) {
     DEVICE_OR_RETURN(handle);
-    double t = now_s();
+    double t = reading_s();
     *power_mw = (unsigned int)((energy_at(d, t) - energy_at(d, t - 1.0)) * 1000.0);
     return NVML_SUCCESS;
 }
@@ -337,7 +384,7 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(void *handle, unsigned int *power_mw) {
 nvmlReturn_t nvmlDeviceGetFieldValues(void *handle, int count, nvmlFieldValue_t *values) {
     DEVICE_OR_RETURN(handle);
     if (count < 0 || (count > 0 && !values)) return NVML_ERROR_INVALID_ARGUMENT;
-    double t = now_s();
+    double t = reading_s();
     for (int i = 0; i < count; i++) {
         values[i].timestamp = (int64_t)(t * 1e6);
         values[i].latencyUsec = 0;
