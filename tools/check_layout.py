@@ -39,8 +39,8 @@ class Problem:
         return f"{self.path}:{self.line}: {self.message}"
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
@@ -100,12 +100,12 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     )
 
 
-def check_file(path: Path, edges: dict[str, set[str]]) -> list[Problem]:
+def check_file(path: Path, edges: dict[str, set[str]], root: Path = ROOT) -> list[Problem]:
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
-    rel = str(path.relative_to(ROOT))
+    rel = str(path.relative_to(root))
     tree = ast.parse(text, filename=rel)
-    module = module_name(path)
+    module = module_name(path, root)
     problems: list[Problem] = []
     if len(lines) > MAX_MODULE_LINES and not any(TABLE_MARK in line for line in lines[:5]):
         problems.append(Problem(rel, 1, f"module has {len(lines)} lines (> {MAX_MODULE_LINES})"))
@@ -185,13 +185,14 @@ def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
-def check(paths: Iterable[Path] | None = None) -> list[str]:
-    """Every problem found, as printable lines (cycles always over the whole package)."""
+def check(paths: Iterable[Path] | None = None, package: Path = PACKAGE) -> list[str]:
+    """Every problem found, as printable lines (cycles always over the whole package).
+    ``paths`` limits the per-file problems to those files."""
     edges: dict[str, set[str]] = defaultdict(set)
     wanted = {path.resolve() for path in paths} if paths else None
     problems: list[str] = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        found = check_file(path, edges)
+    for path in sorted(package.rglob("*.py")):
+        found = check_file(path, edges, package.parent)
         if wanted is None or path.resolve() in wanted:
             problems.extend(str(problem) for problem in found)
     for cycle in find_cycles(edges):
