@@ -16,7 +16,7 @@ from ecoguard.advisor.protocols.base import (
     TIE_FRACTION,
     UNQUANTIZED,
     AdvisorResult,
-    cite,
+    cited_result,
     equivalents,
     figure,
     monthly_of,
@@ -68,43 +68,122 @@ def optimize(
     an API) or a batch job gets batching advice (``result.batching``) and, when batching would
     save 5% or more, a ``batch-size-one`` finding."""
     settings = settings or Settings()
-    use = use or deployment.use or use_for_batch_size(deployment.batch_size)
-    if use not in BATCH_SIZES_BY_USE:
-        raise UsageError(f"unknown use {use!r}; accepted: chat, api, batch")
-    if deployment.model.params_b is None and deployment.model.id is None:
-        raise UsageError("optimize needs a model (an id like Qwen2.5-3B or a size like 3B)")
+    use = _checked_use(deployment, use)
     sizes = _batch_sizes(deployment, use, batch_sizes, max_batch)
-    current_dep = deployment.with_(
-        precision=deployment.precision or "fp16", batch_size=deployment.batch_size or 1, use=use
-    )
-    if deployment.precision is None:
-        current_dep = with_precision(current_dep, "fp16")
+    current_dep = _current(deployment, use)
     current_est = estimate_dict(run_estimate(current_dep, settings, requests_per_month))
     current_findings = run_rules(current_dep, settings)
     candidates, rejected = _candidates(
         current_dep, precisions or PRECISIONS, sizes, settings, requests_per_month
     )
     if not candidates:
-        return AdvisorResult(
-            protocol="optimize",
-            mood=Mood.GRAY,
-            language=language,
-            deployment=current_dep,
-            findings=tuple(current_findings),
-            current=current_est,
-            rows=tuple(_public(c) for c in rejected),
-            notes=(
-                Text(
-                    "No configuration of this model on this GPU has data that passes the rules.",
-                    "该模型在此 GPU 上没有通过规则检查且有数据支撑的配置。",
-                ).get(language),
-            ),
-            extra={"use": use},
-        )
+        return _nothing_passes(current_dep, current_est, current_findings, rejected, use, language)
     chosen, lowest, best_energy = _choose(candidates, current_dep.batch_size or 1)
+    ranked = _ranked(candidates)
+    current_energy = figure(current_est, "energy_per_1k_tokens_j")
+    reasons = _reasons(
+        chosen, lowest, best_energy, candidates, rejected, current_dep, current_energy, use,
+        sizes, language,
+    )  # fmt: skip
+    recommendation = _recommendation(chosen, current_est, use, reasons)
+    mood = _mood(chosen, current_dep, current_findings, recommendation["saving_pct"])
+    advice = batching_advice(
+        current_dep,
+        settings=settings,
+        requests_per_month=requests_per_month or settings.monthly_requests,
+        use=use,
+        serving=use == "api" if serving is None else serving,
+        concurrency=concurrency,
+        hours_per_day=hours_per_day,
+        target_batch=chosen["batch_size"],
+    )
+    findings, finding = tuple(current_findings), batching_finding(advice, language, usd=usd)
+    if finding is not None and not any(f.rule == finding.rule for f in findings):
+        findings = (*findings, finding)
+        mood = Mood.worst([mood, Mood.YELLOW])
+    money = monthly_of(chosen["estimate"])
+    return cited_result(
+        [*(current_est.get("rows") or ()), *chosen["rows"], *_rows_of(ranked[:6])],
+        [*(current_est.get("sources") or ()), *chosen["sources"]],
+        protocol="optimize",
+        mood=mood,
+        language=language,
+        deployment=current_dep,
+        findings=findings,
+        recommendation=recommendation,
+        rows=tuple(_public(c) for c in ranked),
+        tier=weakest_tier((chosen["tier"], current_est.get("tier", "none"))),
+        current=current_est,
+        optimized=chosen["estimate"],
+        equivalents=equivalents(money.get("energy_kwh"), money.get("co2_kg"), language),
+        extra={"use": use, "rejected": [_public(r) for r in rejected]},
+        batching=advice,
+    )
+
+
+def _checked_use(deployment: Deployment, use: str | None) -> str:
+    """The use optimized for (stated, the deployment's, else assumed from its batch size);
+    UsageError for an unknown use or a deployment without a model."""
+    use = use or deployment.use or use_for_batch_size(deployment.batch_size)
+    if use not in BATCH_SIZES_BY_USE:
+        raise UsageError(f"unknown use {use!r}; accepted: chat, api, batch")
+    if deployment.model.params_b is None and deployment.model.id is None:
+        raise UsageError("optimize needs a model (an id like Qwen2.5-3B or a size like 3B)")
+    return use
+
+
+def _ranked(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The candidates by energy per 1k tokens, lowest first, each given its ``rank``."""
     ranked = sorted(candidates, key=lambda c: c["energy_per_1k_tokens_j"])
     for rank, cand in enumerate(ranked, start=1):
         cand["rank"] = rank
+    return ranked
+
+
+def _rows_of(cells: Iterable[dict[str, Any]]) -> list[str]:
+    return [row for cell in cells for row in cell["rows"]]
+
+
+def _current(deployment: Deployment, use: str) -> Deployment:
+    """The deployment as it runs now: its precision (FP16 when none is stated), its batch size
+    (1 when none is stated) and the use being optimized for."""
+    current = deployment.with_(
+        precision=deployment.precision or "fp16", batch_size=deployment.batch_size or 1, use=use
+    )
+    return with_precision(current, "fp16") if deployment.precision is None else current
+
+
+def _nothing_passes(
+    current: Deployment,
+    current_est: dict[str, Any],
+    current_findings: list[Finding],
+    rejected: list[dict[str, Any]],
+    use: str,
+    language: str,
+) -> AdvisorResult:
+    """Gray: no configuration has data that passes the rules (the rejected ones are listed)."""
+    return AdvisorResult(
+        protocol="optimize",
+        mood=Mood.GRAY,
+        language=language,
+        deployment=current,
+        findings=tuple(current_findings),
+        current=current_est,
+        rows=tuple(_public(c) for c in rejected),
+        notes=(
+            Text(
+                "No configuration of this model on this GPU has data that passes the rules.",
+                "该模型在此 GPU 上没有通过规则检查且有数据支撑的配置。",
+            ).get(language),
+        ),
+        extra={"use": use},
+    )
+
+
+def _recommendation(
+    chosen: dict[str, Any], current_est: dict[str, Any], use: str, reasons: list[str]
+) -> dict[str, Any]:
+    """The chosen configuration with its saving against the current one (energy %, $/month)."""
     current_energy = figure(current_est, "energy_per_1k_tokens_j")
     current_cost = monthly_of(current_est).get("cost_usd")
     saving_pct = (
@@ -117,11 +196,7 @@ def optimize(
         if current_cost is not None and chosen["cost_usd_per_month"] is not None
         else None
     )
-    reasons = _reasons(
-        chosen, lowest, best_energy, candidates, rejected, current_dep, current_energy, use,
-        sizes, language,
-    )  # fmt: skip
-    recommendation = {
+    return {
         "precision": chosen["precision"],
         "batch_size": chosen["batch_size"],
         "use": use,
@@ -136,44 +211,6 @@ def optimize(
         "paired_deltas": list(chosen["estimate"].get("paired_deltas") or ()),
         "reasons": reasons,
     }
-    mood = _mood(chosen, current_dep, current_findings, saving_pct)
-    advice = batching_advice(
-        current_dep,
-        settings=settings,
-        requests_per_month=requests_per_month or settings.monthly_requests,
-        use=use,
-        serving=use == "api" if serving is None else serving,
-        concurrency=concurrency,
-        hours_per_day=hours_per_day,
-        target_batch=chosen["batch_size"],
-    )
-    finding = batching_finding(advice, language, usd=usd)
-    findings = tuple(current_findings)
-    if finding is not None and not any(f.rule == finding.rule for f in findings):
-        findings = (*findings, finding)
-        mood = Mood.worst([mood, Mood.YELLOW])
-    evidence = list(current_est.get("rows") or ()) + chosen["rows"]
-    for cand in ranked[:6]:
-        evidence.extend(cand["rows"])
-    sources, _tiers = cite(evidence, list(current_est.get("sources") or ()) + chosen["sources"])
-    money = monthly_of(chosen["estimate"])
-    return AdvisorResult(
-        protocol="optimize",
-        mood=mood,
-        language=language,
-        deployment=current_dep,
-        findings=findings,
-        recommendation=recommendation,
-        rows=tuple(_public(c) for c in ranked),
-        tier=weakest_tier((chosen["tier"], current_est.get("tier", "none"))),
-        sources=sources,
-        evidence=tuple(dict.fromkeys(evidence)),
-        current=current_est,
-        optimized=chosen["estimate"],
-        equivalents=equivalents(money.get("energy_kwh"), money.get("co2_kg"), language),
-        extra={"use": use, "rejected": [_public(r) for r in rejected]},
-        batching=advice,
-    )
 
 
 def _batch_sizes(
