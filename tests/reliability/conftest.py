@@ -115,3 +115,13 @@ def fake_driver(fake_nvml_lib, monkeypatch):
         return config
 
     return configure
+
+
+@pytest.fixture
+def driver_clock(fake_nvml_lib):
+    """The fake driver's clock (``FakeNvmlClock``): manual once a test configures the driver
+    with ``clock="manual"``; give it to the meter as its clock and advance it instead of
+    sleeping."""
+    from ecoguard.testing.fake_nvml import FakeNvmlClock
+
+    return FakeNvmlClock(fake_nvml_lib)

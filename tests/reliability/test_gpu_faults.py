@@ -21,7 +21,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +42,14 @@ def meter_faults() -> int:
     return sum(v for k, v in fault_counts().items() if k.startswith("meter."))
 
 
-def _nvml_meter() -> Meter:
-    """A meter on the fake driver, not started: tests drive the sampler by hand."""
+def _nvml_meter(clock) -> Meter:
+    """A meter on the fake driver, not started: tests drive the sampler by hand and move the
+    driver's manual clock (``clock``, which the meter shares) instead of sleeping."""
     return Meter(
-        Settings(ledger_path=None), backend=NvmlBackend.probe(visible_devices=None), calibrate=False
+        Settings(ledger_path=None),
+        backend=NvmlBackend.probe(visible_devices=None),
+        clock=clock,
+        calibrate=False,
     )
 
 
@@ -144,19 +147,20 @@ def _system_has_nvml() -> bool:
 
 _STRIPPED_SCRIPT = textwrap.dedent(
     """
-    import json, time
+    import json
     from ecoguard.config import Settings
     from ecoguard.energy import CallInfo, Meter
     from ecoguard.energy.backends import NvmlBackend
     from ecoguard.faults import fault_counts
-    from ecoguard.testing.fake_nvml import FakeNvmlConfig
-    config = FakeNvmlConfig(gpus=1, base_w=(200.0,), amp_w=(0.0,))
-    meter = Meter(Settings(ledger_path=None), backend=NvmlBackend.probe(), calibrate=False)
+    from ecoguard.testing.fake_nvml import FakeNvmlClock
+    clock = FakeNvmlClock()  # the stripped library found on LD_LIBRARY_PATH, manual clock
+    backend = NvmlBackend.probe()
+    meter = Meter(Settings(ledger_path=None), backend=backend, clock=clock, calibrate=False)
     for _ in range(3):
         meter.sampler.sample_once()
-        time.sleep(0.02)
+        clock.advance(0.02)
     window = meter.begin(devices=None, info=CallInfo(model_name="m"))
-    time.sleep(0.5)
+    clock.advance(0.5)
     record = meter.end(window, tokens=10, requests=1)
     state = meter.gpu_states()[0]
     print(json.dumps({
@@ -214,7 +218,9 @@ def test_driver_without_energy_counter_and_instant_power_functions(tmp_path):
     if nm.returncode == 0:
         assert "nvmlDeviceGetTotalEnergyConsumption" not in nm.stdout
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML")}
-    env.update(fake_nvml.FakeNvmlConfig(gpus=1, base_w=(200.0,), amp_w=(0.0,)).env())
+    env.update(
+        fake_nvml.FakeNvmlConfig(gpus=1, base_w=(200.0,), amp_w=(0.0,), clock="manual").env()
+    )
     env["LD_LIBRARY_PATH"] = str(lib_dir)
     out = subprocess.run(
         [sys.executable, "-c", _STRIPPED_SCRIPT],
@@ -236,31 +242,31 @@ def test_driver_without_energy_counter_and_instant_power_functions(tmp_path):
 # ------------------------------------------------------------------ the fake driver in-process
 
 
-def test_counter_not_supported_falls_back_to_power_integration(fake_driver):
-    config = fake_driver(gpus=1, counter=False, base_w=(250.0,), amp_w=(0.0,))
-    meter = _nvml_meter()
+def test_counter_not_supported_falls_back_to_power_integration(fake_driver, driver_clock):
+    config = fake_driver(gpus=1, counter=False, base_w=(250.0,), amp_w=(0.0,), clock="manual")
+    meter = _nvml_meter(driver_clock)
     meter.sampler.sample_once()
     window = meter.begin(devices=None, info=CallInfo(model_name="m"))
-    t0 = time.monotonic()
-    time.sleep(0.3)
+    t0 = driver_clock()
+    driver_clock.advance(0.3)
     record = meter.end(window, tokens=5, requests=1)
-    t1 = time.monotonic()
+    t1 = driver_clock()
     assert record.tier == "live" and record.method == "power_integration" and record.complete
     assert record.energy_j == pytest.approx(config.energy_j(0, t0, t1), rel=0.05)
     meter.stop()
 
 
-def test_gpu_lost_mid_call_then_back(fake_driver, monkeypatch):
+def test_gpu_lost_mid_call_then_back(fake_driver, driver_clock, monkeypatch):
     """The GPU answers GPU_IS_LOST in the middle of a call: the call ends normally with an
     incomplete record, the GPU is marked stale, the fault counted; after a driver reset it is
     read again (after the backoff) and measures correctly."""
     import pynvml
 
-    config = fake_driver(gpus=1, lost_after_s=0.25, base_w=(300.0,), amp_w=(0.0,))
-    meter = _nvml_meter()
+    config = fake_driver(gpus=1, lost_after_s=0.25, base_w=(300.0,), amp_w=(0.0,), clock="manual")
+    meter = _nvml_meter(driver_clock)
     meter.sampler.sample_once()
     window = meter.begin(devices=None, info=CallInfo(model_name="m"))
-    time.sleep(0.35)
+    driver_clock.advance(0.35)
     record = meter.end(window, tokens=5, requests=1)  # must not raise
     assert record is not None and record.complete is False and record.tier == "live"
     assert math.isfinite(record.energy_j) and record.energy_j >= 0
@@ -271,13 +277,13 @@ def test_gpu_lost_mid_call_then_back(fake_driver, monkeypatch):
     # The GPU comes back (driver reset): same handles, working again.
     monkeypatch.setenv("FAKE_NVML_LOST_AFTER_S", "-1")
     pynvml.nvmlInit()
-    time.sleep(0.55)  # the first backoff is 0.5 s
+    driver_clock.advance(0.55)  # the first backoff is 0.5 s
     assert meter.sampler.sample_once() == 1
     assert not meter.gpu_states()[0].stale
     window = meter.begin(devices=None, info=CallInfo(model_name="m"))
-    t0 = time.monotonic()
-    time.sleep(0.3)
-    t1 = time.monotonic()
+    t0 = driver_clock()
+    driver_clock.advance(0.3)
+    t1 = driver_clock()
     record = meter.end(window, tokens=5, requests=1)
     assert record.complete is True
     # Uncalibrated quantised counter: within one 100 ms update of power at each edge.
@@ -285,16 +291,14 @@ def test_gpu_lost_mid_call_then_back(fake_driver, monkeypatch):
     meter.stop()
 
 
-def test_counter_reset_mid_call_is_bridged(fake_driver):
-    config = fake_driver(gpus=1, reset_after_s=0.2, base_w=(300.0,), amp_w=(0.0,))
-    meter = _nvml_meter()
+def test_counter_reset_mid_call_is_bridged(fake_driver, driver_clock):
+    config = fake_driver(gpus=1, reset_after_s=0.2, base_w=(300.0,), amp_w=(0.0,), clock="manual")
+    meter = _nvml_meter(driver_clock)
     meter.sampler.sample_once()
     window = meter.begin(devices=None, info=CallInfo(model_name="m"))
-    t0 = time.monotonic()
-    for _ in range(8):
-        time.sleep(0.06)
-        meter.sampler.sample_once()
-    t1 = time.monotonic()
+    t0 = driver_clock()
+    driver_clock.advance(0.48, step_s=0.06, on_step=meter.sampler.sample_once)
+    t1 = driver_clock()
     record = meter.end(window, tokens=5, requests=1)
     assert fault_counts().get("meter.counter_reset", 0) == 1
     assert record.complete and record.energy_j > 0
