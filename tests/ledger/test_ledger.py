@@ -320,10 +320,9 @@ def test_stop_with_a_backlog_lets_the_writer_finish_and_close(tmp_path, recwarn)
     ledger = Ledger(path, batch_size=1).start(subscribe=False)
     for i in range(3000):
         ledger.submit(make_record(i))
+    writer = ledger._thread
     ledger.stop(timeout=0.001)
-    deadline = time.monotonic() + 60
-    while ledger._conn is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    writer.join(60)  # the writer drains the backlog, closes the database and ends
     assert ledger._conn is None, "the writer never closed the database"
     assert ledger.degraded is None
     assert not [w for w in recwarn if issubclass(w.category, LedgerWarning)]
@@ -361,13 +360,22 @@ def test_measure_label_fills_the_label_column(tmp_path):
     assert [r.label for r in block.records] == ["nightly batch", "inner", "explicit"]
 
 
-def test_a_database_locked_by_another_writer_is_waited_out(tmp_path):
+def test_a_database_locked_by_another_writer_is_waited_out(tmp_path, monkeypatch):
     """Another process holding the write lock longer than SQLite's busy wait (forked workers,
     a second service on the same file): the batch is tried again, not given up on, and the
     ledger stays healthy."""
     from ecoguard.faults import fault_counts, reset_faults
 
     reset_faults()
+    met_lock = threading.Event()
+
+    def record_fault(stage, exc=None, **kwargs):
+        real_record_fault(stage, exc, **kwargs)
+        if stage == "ledger.locked":
+            met_lock.set()
+
+    real_record_fault = ledger_mod.record_fault
+    monkeypatch.setattr(ledger_mod, "record_fault", record_fault)
     path = tmp_path / "l.sqlite"
     ledger = Ledger(path, busy_timeout_s=0.05).start(subscribe=False)
     try:
@@ -375,9 +383,7 @@ def test_a_database_locked_by_another_writer_is_waited_out(tmp_path):
         blocker.execute("BEGIN IMMEDIATE")  # the other writer's transaction
         for i in range(5):
             ledger.submit(make_record(i))
-        deadline = time.monotonic() + 10.0
-        while not fault_counts().get("ledger.locked") and time.monotonic() < deadline:
-            time.sleep(0.01)
+        met_lock.wait(10.0)
         assert fault_counts().get("ledger.locked"), "the writer never met the lock"
         blocker.execute("COMMIT")
         blocker.close()
