@@ -3,6 +3,9 @@ them, money in the asked currency."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from ecoguard.advisor.estimates import (
     estimate_dict,
     run_estimate,
@@ -10,7 +13,7 @@ from ecoguard.advisor.estimates import (
 )
 from ecoguard.advisor.protocols.base import (
     AdvisorResult,
-    cite,
+    cited_result,
     equivalents,
     money_for,
     use_for_batch_size,
@@ -19,7 +22,7 @@ from ecoguard.advisor.protocols.optimizing import optimize
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.errors import UsageError
-from ecoguard.findings import Mood, weakest_tier
+from ecoguard.findings import Finding, Mood, weakest_tier
 
 
 def estimate(
@@ -42,73 +45,27 @@ def estimate(
     settings = settings or Settings()
     requests = requests_per_month if requests_per_month is not None else settings.monthly_requests
     current = estimate_dict(run_estimate(deployment, settings, requests))
-    findings = run_rules(deployment, settings)
-    optimized_result: AdvisorResult | None = None
-    if deployment.model.params_b is not None or deployment.model.id is not None:
-        try:
-            optimized_result = optimize(
-                deployment,
-                use=deployment.use or use_for_batch_size(deployment.batch_size),
-                settings=settings,
-                requests_per_month=requests,
-                language=language,
-                max_batch=max_batch,
-                serving=serving,
-                concurrency=concurrency,
-                hours_per_day=hours_per_day,
-                usd=price_currency in (None, "USD", "CNY"),
-            )
-        except UsageError:
-            optimized_result = None
-    advice = optimized_result.batching if optimized_result is not None else None
-    batch_finding = next(
-        (
-            f
-            for f in (optimized_result.findings if optimized_result else ())
-            if f.rule == "batch-size-one"
-        ),
-        None,
+    optimized_result = _optimized(
+        deployment,
+        settings=settings,
+        requests_per_month=requests,
+        language=language,
+        max_batch=max_batch,
+        serving=serving,
+        concurrency=concurrency,
+        hours_per_day=hours_per_day,
+        usd=price_currency in (None, "USD", "CNY"),
     )
-    if batch_finding is not None and not any(f.rule == "batch-size-one" for f in findings):
-        findings = [*findings, batch_finding]
+    findings = _with_batching_finding(run_rules(deployment, settings), optimized_result)
     optimized = optimized_result.optimized if optimized_result else None
-    money_kwargs = {
-        "currency": currency,
-        "cny_per_usd": cny_per_usd,
-        "price_per_kwh": price_per_kwh,
-        "price_currency": price_currency,
-        "language": language,
-    }
-    money = {"current": money_for(current, **money_kwargs)}
-    if optimized:
-        money["optimized"] = money_for(optimized, **money_kwargs)
-        now, then = money["current"], money["optimized"]
-        for key, saving in (
-            ("cost_usd", "saving_usd"),
-            ("cost_cny", "saving_cny"),
-            ("cost_local", "saving_local"),
-        ):
-            if now[key] is not None and then[key] is not None:
-                money[saving] = round(now[key] - then[key], 2)
-    if findings and any(f.mood.rank >= Mood.ORANGE.rank for f in findings):
-        mood = Mood.worst(f.mood for f in findings)  # a trap or an overflow, data or not
-    elif current.get("tier", "none") == "none":
-        mood = Mood.GRAY
-    elif findings:
-        mood = Mood.worst(f.mood for f in findings)
-    elif optimized_result is not None and optimized_result.mood == Mood.YELLOW:
-        mood = Mood.YELLOW
-    else:
-        mood = Mood.GREEN
-    evidence = list(current.get("rows") or ()) + list((optimized or {}).get("rows") or ())
-    sources, _tiers = cite(
-        evidence, list(current.get("sources") or ()) + list((optimized or {}).get("sources") or ())
-    )
+    pricing = _Pricing(currency, cny_per_usd, price_per_kwh, price_currency, language)
+    money = pricing.side_by_side(current, optimized)
     cur_money = money["current"]
-    notes = tuple(cur_money["notes"])
-    return AdvisorResult(
+    return cited_result(
+        [*(current.get("rows") or ()), *((optimized or {}).get("rows") or ())],
+        [*(current.get("sources") or ()), *((optimized or {}).get("sources") or ())],
         protocol="estimate",
-        mood=mood,
+        mood=_mood(findings, current, optimized_result),
         language=language,
         deployment=deployment,
         findings=tuple(findings),
@@ -117,12 +74,92 @@ def estimate(
         tier=weakest_tier(
             [current.get("tier", "none")] + ([optimized.get("tier", "none")] if optimized else [])
         ),
-        sources=sources,
-        evidence=tuple(dict.fromkeys(evidence)),
         current=current,
         optimized=optimized,
         money=money,
         equivalents=equivalents(cur_money.get("energy_kwh"), cur_money.get("co2_kg"), language),
-        notes=notes,
-        batching=advice,
+        notes=tuple(cur_money["notes"]),
+        batching=optimized_result.batching if optimized_result is not None else None,
     )
+
+
+def _optimized(deployment: Deployment, **options: Any) -> AdvisorResult | None:
+    """optimize's answer for the deployment's use, or None without a model to optimize."""
+    if deployment.model.params_b is None and deployment.model.id is None:
+        return None
+    try:
+        return optimize(
+            deployment, use=deployment.use or use_for_batch_size(deployment.batch_size), **options
+        )
+    except UsageError:
+        return None
+
+
+def _with_batching_finding(
+    findings: list[Finding], optimized: AdvisorResult | None
+) -> list[Finding]:
+    """The rules' findings plus optimize's batch-size-one finding when the rules have none."""
+    batch_finding = next(
+        (f for f in (optimized.findings if optimized else ()) if f.rule == "batch-size-one"),
+        None,
+    )
+    if batch_finding is not None and not any(f.rule == "batch-size-one" for f in findings):
+        return [*findings, batch_finding]
+    return findings
+
+
+@dataclass(frozen=True, slots=True)
+class _Pricing:
+    """How the question prices energy: the currency asked for, an exchange rate and a price per
+    kWh in its own currency, each when given."""
+
+    currency: str
+    cny_per_usd: float | None
+    price_per_kwh: float | None
+    price_currency: str | None
+    language: str
+
+    def money(self, est: dict[str, Any]) -> dict[str, Any]:
+        return money_for(
+            est,
+            currency=self.currency,
+            cny_per_usd=self.cny_per_usd,
+            price_per_kwh=self.price_per_kwh,
+            price_currency=self.price_currency,
+            language=self.language,
+        )
+
+    def side_by_side(
+        self, current: dict[str, Any], optimized: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The current configuration's money and, with an optimized one, its money and the
+        saving in each currency both have."""
+        money = {"current": self.money(current)}
+        if not optimized:
+            return money
+        money["optimized"] = self.money(optimized)
+        now, then = money["current"], money["optimized"]
+        for key, saving in (
+            ("cost_usd", "saving_usd"),
+            ("cost_cny", "saving_cny"),
+            ("cost_local", "saving_local"),
+        ):
+            if now[key] is not None and then[key] is not None:
+                money[saving] = round(now[key] - then[key], 2)
+        return money
+
+
+def _mood(
+    findings: list[Finding], current: dict[str, Any], optimized: AdvisorResult | None
+) -> Mood:
+    """A trap or an overflow sets the mood, data or not; else gray without data, the worst
+    finding, yellow when optimize found a better setup, or green."""
+    if findings and any(f.mood.rank >= Mood.ORANGE.rank for f in findings):
+        return Mood.worst(f.mood for f in findings)
+    if current.get("tier", "none") == "none":
+        return Mood.GRAY
+    if findings:
+        return Mood.worst(f.mood for f in findings)
+    if optimized is not None and optimized.mood == Mood.YELLOW:
+        return Mood.YELLOW
+    return Mood.GREEN
