@@ -35,7 +35,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "ecoguard.guard.cli",
     "demo": "ecoguard.demo",
     "bench": "ecoguard.bench.cli",
-    "mcp": "ecoguard.mcp.server",
+    "mcp": "ecoguard.mcp.cli",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 

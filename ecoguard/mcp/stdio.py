@@ -22,6 +22,10 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import IO, Any
 
+import anyio.to_thread
+from mcp.server.stdio import stdio_server
+from mcp_types import jsonrpc_message_adapter
+
 logger = logging.getLogger("ecoguard.mcp")
 
 # JSON-RPC 2.0 error codes.
@@ -68,8 +72,6 @@ def check_line(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
             f"Invalid params: the string at {where} holds a lone UTF-16 surrogate, which is not "
             "valid Unicode; send text that encodes to UTF-8",
         )
-    from mcp_types import jsonrpc_message_adapter
-
     try:
         jsonrpc_message_adapter.validate_json(text, by_name=False)
     except Exception as exc:  # a pydantic ValidationError: name its first complaint
@@ -172,8 +174,6 @@ class _Writer:
             self._stream.flush()
 
     async def write(self, text: str) -> None:
-        import anyio.to_thread
-
         await anyio.to_thread.run_sync(self.write_line, text)
 
     async def flush(self) -> None:
@@ -192,8 +192,6 @@ class _CheckedLines:
         return self
 
     async def __anext__(self) -> str:
-        import anyio.to_thread
-
         while True:
             raw = await anyio.to_thread.run_sync(self._read_line, abandon_on_cancel=True)
             if raw is None:
@@ -232,8 +230,6 @@ _TOO_LONG = b"\x00too-long"
 @asynccontextmanager
 async def checked_stdio() -> AsyncIterator[tuple[Any, Any]]:
     """``(read_stream, write_stream)`` for the low-level server, over fds 0 and 1."""
-    from mcp.server.stdio import stdio_server
-
     with _claimed_std_fds() as (wire_in, wire_out):
         writer = _Writer(wire_out)
         lines = _CheckedLines(wire_in, writer)

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -220,21 +221,22 @@ async def test_tool_calls_are_bounded_and_the_excess_refused(monkeypatch):
     from mcp.server.mcpserver.exceptions import ToolError
 
     import ecoguard.mcp.server as mcp_server
+    import ecoguard.mcp.tools as mcp_tools
 
     release = threading.Event()
     running = {"now": 0, "most": 0}
     lock = threading.Lock()
 
-    def slow_audit(source: str, filename: str, gpu: str | None) -> dict[str, Any]:
+    def slow_audit(source: str, filename: str, **options: Any) -> Any:
         with lock:
             running["now"] += 1
             running["most"] = max(running["most"], running["now"])
         release.wait(timeout=60)
         with lock:
             running["now"] -= 1
-        return {"ok": True}
+        return SimpleNamespace(to_dict=lambda: {"ok": True})
 
-    monkeypatch.setattr(mcp_server, "_audit_code", slow_audit)
+    monkeypatch.setattr(mcp_tools, "audit_source", slow_audit)
     server = mcp_server.build_server(settings=_settings())
     gate = server.ecoguard_gate
     capacity = mcp_server.MAX_RUNNING_CALLS + mcp_server.MAX_WAITING_CALLS
@@ -262,8 +264,9 @@ async def test_audit_code_has_a_time_limit(monkeypatch):
     from mcp.server.mcpserver.exceptions import ToolError
 
     import ecoguard.mcp.server as mcp_server
+    import ecoguard.mcp.tools as mcp_tools
 
-    monkeypatch.setattr(mcp_server, "AUDIT_TIME_LIMIT_S", -1.0)
+    monkeypatch.setattr(mcp_tools, "AUDIT_TIME_LIMIT_S", -1.0)
     server = mcp_server.build_server(settings=_settings())
     with pytest.raises(ToolError, match=r"limit and was stopped"):
         await server.call_tool("audit_code", {"source": _generate_loop(5)}, None)

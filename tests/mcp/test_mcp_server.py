@@ -30,7 +30,7 @@ from ecoguard.config import Settings
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = {
+TOOL_NAMES = {
     "optimize",
     "compare",
     "estimate",
@@ -157,7 +157,7 @@ def assert_contains_result(structured: dict[str, Any], expected: dict[str, Any])
 
 async def test_lists_every_tool_with_schemas(session):
     tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-    assert set(tools) == TOOLS
+    assert set(tools) == TOOL_NAMES
     for tool in tools.values():
         schema = tool.input_schema
         assert schema["type"] == "object" and schema["properties"], tool.name
@@ -175,6 +175,58 @@ async def test_lists_every_tool_with_schemas(session):
     assert tools["explain_trap"].input_schema["properties"]["rule_id"]["enum"] == list(RULE_IDS)
     tier = tools["lookup_data"].input_schema["properties"]["tier"]["anyOf"][0]
     assert tier["enum"] == ["measured", "reported", "local"]
+
+
+async def test_the_tools_table_is_what_the_server_lists():
+    """Every tool comes from TOOLS and nothing else: names in order, each argument's name,
+    whether it is required and its default, the description (the function's docstring) and
+    the read-only annotations. A tool registered outside the table fails this."""
+    import inspect
+
+    from ecoguard.mcp.server import build_server
+    from ecoguard.mcp.tools import TOOLS
+
+    server = build_server(settings=Settings(ledger_path=None))
+    listed = await server.list_tools()
+    assert [tool.name for tool in listed] == [spec.name for spec in TOOLS]
+    assert {spec.name for spec in TOOLS} == TOOL_NAMES
+    for tool, spec in zip(listed, TOOLS, strict=True):
+        properties = tool.input_schema["properties"]
+        assert list(properties) == [a.name for a in spec.arguments], spec.name
+        required = [a.name for a in spec.arguments if a.required]
+        assert tool.input_schema.get("required", []) == required, spec.name
+        for argument in spec.arguments:
+            if not argument.required:
+                assert properties[argument.name]["default"] == argument.default
+        assert tool.description == inspect.getdoc(spec.function), spec.name
+        assert tool.annotations.read_only_hint is True
+
+
+def test_deployment_tools_take_only_deployment_facts():
+    """The four deployment tools hand every argument to DeploymentArguments; one it has no
+    field for is a TypeError, so the table and the helper cannot drift apart unnoticed."""
+    from ecoguard.mcp import tools
+    from ecoguard.mcp.deployment_args import DeploymentArguments
+
+    deployment_tools = (tools.optimize, tools.compare, tools.estimate, tools.diagnose)
+    specs = [spec for spec in tools.TOOLS if spec.function in deployment_tools]
+    assert len(specs) == 4
+    for spec in specs:
+        facts = DeploymentArguments.from_call({a.name: a.default for a in spec.arguments})
+        assert facts.language == "en" and facts.model is None
+    with pytest.raises(TypeError, match="batchsize"):
+        DeploymentArguments.from_call({"model": "7B", "batchsize": 8})
+
+
+async def test_region_schema_names_the_servers_default_region():
+    from ecoguard.mcp.server import build_server
+
+    for region in ("us", "eu"):
+        server = build_server(settings=Settings(ledger_path=None, region=region))
+        tools = {tool.name: tool for tool in await server.list_tools()}
+        for name in ("optimize", "compare", "estimate", "diagnose"):
+            described = tools[name].input_schema["properties"]["region"]["description"]
+            assert described.endswith(f"(default {region})"), (name, described)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,7 +476,7 @@ async def test_documented_client_config_starts_the_server(server_env):
     async with connect(params) as client:
         assert client.server_info.name == "ecoguard"
         assert "tier" in (client.instructions or "")
-        assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+        assert {t.name for t in (await client.list_tools()).tools} == TOOL_NAMES
         out = await call_ok(client, "explain_trap", {"rule_id": "batch-size-one"})
         assert out["id"] == "batch-size-one"
 
@@ -469,7 +521,7 @@ def test_module_import_stays_light():
     import subprocess
 
     code = (
-        "import sys, ecoguard.mcp.server; "
+        "import sys, ecoguard.mcp, ecoguard.cli; ecoguard.cli.build_parser('mcp'); "
         "print(sorted(m for m in ('mcp', 'pydantic', 'anyio', 'torch') if m in sys.modules))"
     )
     proc = subprocess.run(
@@ -484,13 +536,14 @@ async def test_an_internal_failure_is_a_tool_error_naming_it(monkeypatch):
     from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 
     import ecoguard.mcp.server as mcp_server
+    import ecoguard.mcp.tools as mcp_tools
 
     def broken(rule_id: str) -> dict[str, Any]:
         raise RuntimeError(f"boom on {rule_id}")
 
     server = mcp_server.build_server(settings=Settings())
     with monkeypatch.context() as patch:
-        patch.setattr(mcp_server, "_explain", broken)
+        patch.setattr(mcp_tools, "explain", broken)
         with pytest.raises(ToolError) as caught:
             await server.call_tool("explain_trap", {"rule_id": "int8-mixed"}, None)
     assert not isinstance(caught.value, UnexpectedToolError)
