@@ -27,7 +27,7 @@ _LAZY: dict[str, str] = {
     "install": "ecoguard.guard.install",
     "uninstall": "ecoguard.guard.install",
     "is_installed": "ecoguard.guard.install",
-    "measure": "ecoguard.energy.measure",
+    "measure": "ecoguard.services",
     "estimate": "ecoguard.knowledge.estimator",
     "Estimate": "ecoguard.knowledge.estimator",
     "evaluate": "ecoguard.rules",

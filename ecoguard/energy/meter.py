@@ -522,7 +522,6 @@ def _profile_key(gpu_name: str) -> str | None:
 
 _meter: Meter | None = None
 _meter_lock = threading.Lock()
-_started_ledger = False
 
 # ----------------------------------------------------------------- fork
 # A forked child has none of the parent's threads. Every started meter is re-armed in the child
@@ -580,22 +579,13 @@ def start_meter(
 ) -> Meter:
     """Start the process-wide meter (idempotent: a second call returns the running one).
 
-    Also starts the process-wide ledger at ``settings.ledger_path`` unless it is None or a ledger
-    is already running; :func:`stop_meter` stops the ledger it started."""
-    global _meter, _started_ledger
+    The meter only: the ledger its records go to, and the metrics server, are started beside it
+    by the composition root (:func:`ecoguard.services.start_services`, used by ``install()``)."""
+    global _meter
     with _meter_lock:
         if _meter is None:
             settings = settings if settings is not None else Settings.from_env()
             _meter = Meter(settings, backend=backend, clock=clock).start()
-            if settings.ledger_path is not None:
-                # The ledger is the default store of records: it starts with the meter.
-                try:
-                    from ecoguard.export.ledger import get_ledger, start_ledger
-
-                    if get_ledger() is None:
-                        _started_ledger = start_ledger(settings) is not None
-                except Exception as exc:
-                    record_fault("meter.start_ledger", exc)
         return _meter
 
 
@@ -605,19 +595,11 @@ def get_meter() -> Meter | None:
 
 def stop_meter() -> None:
     """Stop the process-wide meter and release the backend. Idempotent."""
-    global _meter, _started_ledger
+    global _meter
     with _meter_lock:
         meter, _meter = _meter, None
-        stop_ledger_too, _started_ledger = _started_ledger, False
     if meter is not None:
         meter.stop()
-    if stop_ledger_too:
-        try:
-            from ecoguard.export.ledger import stop_ledger
-
-            stop_ledger()  # writes what is queued first
-        except Exception as exc:
-            record_fault("meter.stop_ledger", exc)
 
 
 def _length_bucket(tokens: int) -> int:

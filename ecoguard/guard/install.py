@@ -1,9 +1,11 @@
 """``install()`` / ``uninstall()``: the guard's lifecycle, idempotent both ways.
 
 ``install`` builds Settings (ECOGUARD_* env, then the arguments on top), patches transformers
-through the patch table, starts the meter when ``measure`` is on and the metrics server when a
-port is set. ``uninstall`` reverses exactly what ``install`` did: it restores the original
-attributes and stops only the meter and server it started itself.
+through the patch table and starts the services the settings ask for through the composition
+root (:func:`ecoguard.services.start_services`): the ledger and the meter when ``measure`` is on,
+the metrics server when a port is set. What it started is kept in one :class:`Services` record;
+``uninstall`` restores the original attributes and stops exactly what that record holds, in
+reverse order.
 
 A fork (``os.fork``, multiprocessing's ``fork`` start method, gunicorn ``--preload``) copies the
 patches and settings into the child but none of the threads: the meter and the ledger re-arm
@@ -20,19 +22,22 @@ import threading
 from typing import Any
 
 from ecoguard import events
-from ecoguard.config import Settings
+from ecoguard.batching import BATCH_ROWS, close_all, coalescing_generate
+from ecoguard.config import Settings, parse_rule_overrides
+from ecoguard.energy import CallInfo, get_meter
 from ecoguard.errors import UsageError
-from ecoguard.faults import record_fault
+from ecoguard.faults import contained
 from ecoguard.forking import register_fork_hooks
 from ecoguard.guard import patches
 from ecoguard.guard.policy import Policy
 from ecoguard.guard.wrappers import RUNTIME
+from ecoguard.services import Services, start_services
 
 _log = logging.getLogger("ecoguard")
 
 _lock = threading.RLock()
-_started_meter = False
-_started_metrics = False
+# What install() started (meter, ledger, metrics server): uninstall() stops exactly that.
+_services = Services(stage="guard")
 
 
 def _register_fork_hook() -> None:
@@ -43,11 +48,10 @@ def _register_fork_hook() -> None:
 def _after_fork_in_child() -> None:
     """The child of an installed process: a fresh lock, and the parent's metrics server left
     alone (its thread is not here; stopping it would wait forever for that thread)."""
-    global _lock, _started_metrics
+    global _lock
     _lock = threading.RLock()
-    if not _started_metrics:
+    if not _services.forget_metrics():
         return
-    _started_metrics = False
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return  # the worker sink writes this process' counters for the sidecar
     settings = RUNTIME.settings
@@ -69,71 +73,6 @@ def _after_fork_in_child() -> None:
         )
 
     unsubscribe.append(events.records.subscribe(warn_once))
-
-
-def _resolve_meter() -> tuple[Any, Any]:
-    """(get_meter, CallInfo) from the meter package, or (None, None) when it is absent."""
-    try:
-        from ecoguard.energy import CallInfo, get_meter
-    except ImportError:
-        return None, None
-    return get_meter, CallInfo
-
-
-def _resolve_batching() -> tuple[Any, Any]:
-    """(coalescing_generate, BATCH_ROWS) from the batching package, or (None, None)."""
-    try:
-        from ecoguard.batching import BATCH_ROWS, coalescing_generate
-    except ImportError:
-        return None, None
-    return coalescing_generate, BATCH_ROWS
-
-
-def _start_meter(settings: Settings) -> Any:
-    global _started_meter
-    try:
-        from ecoguard.energy import get_meter, start_meter
-    except ImportError:
-        return None
-    try:
-        running = get_meter()
-        if running is not None:
-            return running
-        meter = start_meter(settings)
-        _started_meter = True
-        return meter
-    except Exception as exc:  # no meter is better than no inference
-        record_fault("guard.start_meter", exc)
-        return None
-
-
-def _start_metrics(settings: Settings, meter: Any) -> None:
-    global _started_metrics
-    if settings.metrics_port is None:
-        return
-    try:
-        from ecoguard.export.prometheus import start_metrics_server
-    except ImportError as exc:
-        record_fault("guard.start_metrics", exc)
-        return
-    try:
-        server = start_metrics_server(settings, meter=meter)
-        _started_metrics = _started_metrics or server is not None
-    except Exception as exc:
-        record_fault("guard.start_metrics", exc)
-
-
-def _enable_worker_export() -> None:
-    """In a multi-worker server (PROMETHEUS_MULTIPROC_DIR set) each worker writes its counters
-    for the sidecar `ecoguard exporter` to merge; GPU device metrics come from the sidecar only."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        return
-    try:
-        from ecoguard.export.prometheus import enable_worker_export
-
-        enable_worker_export()
-    except Exception as exc:
-        record_fault("guard.worker_export", exc)
 
 
 def install(
@@ -174,8 +113,6 @@ def install(
         settings = Settings.from_env(**overrides)
     else:
         if isinstance(overrides.get("rules"), str):
-            from ecoguard.config import parse_rule_overrides
-
             overrides["rules"] = parse_rule_overrides(overrides["rules"])
         settings = settings.with_(**overrides)
     _register_fork_hook()
@@ -183,49 +120,27 @@ def install(
         if RUNTIME.settings != settings or not RUNTIME.active:
             RUNTIME.policy = Policy(settings)
         RUNTIME.settings = settings
-        RUNTIME.get_meter, RUNTIME.call_info = _resolve_meter()
+        RUNTIME.get_meter, RUNTIME.call_info = get_meter, CallInfo
         RUNTIME.coalesce, RUNTIME.batch_rows = (
-            _resolve_batching() if settings.batching else (None, None)
+            (coalescing_generate, BATCH_ROWS) if settings.batching else (None, None)
         )
         RUNTIME.active = True
         patches.apply_patches()
-        meter = _start_meter(settings) if settings.measure else None
-        _start_metrics(settings, meter)
-        _enable_worker_export()
+        start_services(settings, owned=_services)
     return settings
 
 
 def uninstall() -> None:
-    """Turn the guard off: original attributes restored, our meter and metrics server stopped.
-    Idempotent."""
-    global _started_meter, _started_metrics
+    """Turn the guard off: original attributes restored, the services install() started stopped
+    (metrics server, meter, then ledger). Idempotent."""
     with _lock:
         RUNTIME.active = False
         patches.remove_patches()
         RUNTIME.models.clear()
-        if _started_metrics:
-            _started_metrics = False
-            try:
-                from ecoguard.export.prometheus import stop_metrics_server
-
-                stop_metrics_server()
-            except Exception as exc:
-                record_fault("guard.stop_metrics", exc)
-        if _started_meter:
-            _started_meter = False
-            try:
-                from ecoguard.energy import stop_meter
-
-                stop_meter()
-            except Exception as exc:
-                record_fault("guard.stop_meter", exc)
+        _services.stop()
         if RUNTIME.coalesce is not None:
-            try:
-                from ecoguard.batching import close_all
-
+            with contained("guard.stop_batching"):
                 close_all()
-            except Exception as exc:
-                record_fault("guard.stop_batching", exc)
             RUNTIME.coalesce = None
             RUNTIME.batch_rows = None
 

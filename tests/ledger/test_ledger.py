@@ -333,11 +333,12 @@ def test_measure_label_fills_the_label_column(tmp_path):
     """Records that end inside ``ecoguard.measure("label")`` carry the innermost block's label
     into the ledger; a label the call already has wins; outside any block it stays empty."""
     from ecoguard.config import Settings
-    from ecoguard.energy import CallInfo, start_meter, stop_meter
-    from ecoguard.energy.measure import measure
+    from ecoguard.energy import CallInfo
+    from ecoguard.services import measure, start_services
 
     path = tmp_path / "l.sqlite"
-    meter = start_meter(Settings(backend="simulated", ledger_path=path))
+    services = start_services(Settings(backend="simulated", ledger_path=path))
+    meter = services.meter
     try:
 
         def call(label=None):
@@ -352,7 +353,7 @@ def test_measure_label_fills_the_label_column(tmp_path):
             call(label="explicit")
         assert ledger_mod.flush(5.0)
     finally:
-        stop_meter()
+        services.stop()
     conn = sqlite3.connect(path)
     labels = [row[0] for row in conn.execute("SELECT label FROM generations ORDER BY id")]
     conn.close()

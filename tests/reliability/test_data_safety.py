@@ -271,8 +271,9 @@ def test_ledger_failure_through_the_whole_stack_warns_once(tmp_path, monkeypatch
     shows once, the records stay in memory and on the event bus."""
     from ecoguard import events
     from ecoguard.config import Settings
-    from ecoguard.energy import CallInfo, start_meter, stop_meter
+    from ecoguard.energy import CallInfo
     from ecoguard.export.ledger import get_ledger
+    from ecoguard.services import start_services
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -280,14 +281,17 @@ def test_ledger_failure_through_the_whole_stack_warns_once(tmp_path, monkeypatch
     unsubscribe = events.records.subscribe(seen.append)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        meter = start_meter(Settings(backend="simulated", ledger_path=blocker / "ledger.sqlite"))
+        services = start_services(
+            Settings(backend="simulated", ledger_path=blocker / "ledger.sqlite")
+        )
+        meter = services.meter
         for _ in range(3):
             window = meter.begin(devices=None, info=CallInfo(model_name="m"))
             meter.end(window, tokens=1, requests=1)
         ledger = get_ledger()
         assert ledger is not None and ledger.flush(5.0)
         stats = ledger.stats()
-        stop_meter()
+        services.stop()
     unsubscribe()
     assert [w.category for w in caught] == [LedgerWarning]
     assert stats["in_memory"] == 3 and len(seen) == 3

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from ecoguard.config import Settings
-from ecoguard.energy import CallInfo, get_meter, start_meter
+from ecoguard.energy import CallInfo, get_meter
 from ecoguard.export import ledger as ledger_mod
 from ecoguard.export.ledger import (
     APPLICATION_ID,
@@ -38,6 +38,7 @@ from ecoguard.export.ledger import (
     write_records,
 )
 from ecoguard.faults import fault_counts
+from ecoguard.services import start_services
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -99,7 +100,7 @@ def test_os_fork_children_records_land_in_the_ledger(tmp_path):
     """8 children of an installed process each write their own 20 records, once, and their
     flush() says so; the parent's records and writer are untouched."""
     path = tmp_path / "ledger.sqlite"
-    start_meter(_settings(path))
+    start_services(_settings(path))
     _produce(5, "parent")
 
     def child_body(index: int):
@@ -126,7 +127,7 @@ def test_a_child_never_writes_the_parents_queued_records(tmp_path):
     """Records the parent had queued (or in hand) at the fork are the parent's to write: the
     child, which inherits a copy of them, writes only its own."""
     path = tmp_path / "ledger.sqlite"
-    start_meter(_settings(path))
+    start_services(_settings(path))
     ledger = get_ledger()
     ledger._io_lock.acquire()  # the writer is stuck mid-batch (a slow disk)
     try:
@@ -153,7 +154,7 @@ def test_fork_while_parent_threads_hold_the_meter_and_ledger_busy(tmp_path):
     lock in use) and a sampler at 200 Hz: 20 forks in a row, each child finishes its own
     records; none inherits a held lock."""
     path = tmp_path / "ledger.sqlite"
-    start_meter(_settings(path, sample_hz=200.0))
+    start_services(_settings(path, sample_hz=200.0))
     stop = threading.Event()
     produced = [0]
 
@@ -196,7 +197,7 @@ def test_multiprocessing_fork_processes_and_pool_workers(tmp_path):
     records land without any flush() in the children, since they exit through
     multiprocessing's normal path (Pool: close() and join())."""
     path = tmp_path / "ledger.sqlite"
-    start_meter(_settings(path))
+    start_services(_settings(path))
     ctx = multiprocessing.get_context("fork")
     processes = [ctx.Process(target=_mp_child, args=(f"proc-{i}", 20)) for i in range(8)]
     for process in processes:
@@ -238,7 +239,7 @@ def test_multiprocessing_spawn_children(tmp_path, monkeypatch):
     monkeypatch.setenv("ECOGUARD_LEDGER", str(path))
     monkeypatch.setenv("ECOGUARD_BACKEND", "simulated")
     monkeypatch.setenv("ECOGUARD_MODE", "warn")
-    start_meter(_settings(path))
+    start_services(_settings(path))
     _produce(4, "parent")
     ctx = multiprocessing.get_context("spawn")
     processes = [
@@ -264,10 +265,10 @@ _EXIT_SCRIPT = textwrap.dedent(
     import os, signal, sys
     sys.path.insert(0, {here!r})
     from test_fork_and_ledger_safety import _produce, _settings
-    from ecoguard.energy import start_meter
+    from ecoguard.services import start_services
     from ecoguard.export.ledger import get_ledger
     from pathlib import Path
-    start_meter(_settings(Path({path!r})))
+    start_services(_settings(Path({path!r})))
     _produce(10, "parent")
     assert get_ledger().flush(10)
     pids = []
