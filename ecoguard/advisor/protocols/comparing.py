@@ -4,11 +4,11 @@ across the models measured on a GPU."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ecoguard.advisor.estimates import (
     estimate_dict,
-    knowledge_module,
     run_estimate,
     run_rules,
 )
@@ -16,7 +16,7 @@ from ecoguard.advisor.protocols.base import (
     TIE_FRACTION,
     UNQUANTIZED,
     AdvisorResult,
-    cite,
+    cited_result,
     figure,
     monthly_of,
     uncertain_reason,
@@ -28,6 +28,18 @@ from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment, GpuSpec
 from ecoguard.errors import UsageError
 from ecoguard.findings import Finding, Mood, weakest_tier
+from ecoguard.knowledge import find_rows
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """What a comparison concludes: its mood, the recommendation shown, the findings behind
+    it and the notes that explain it."""
+
+    mood: Mood
+    recommendation: dict[str, Any] | None
+    findings: list[Finding]
+    notes: list[str]
 
 
 def compare(
@@ -43,39 +55,67 @@ def compare(
     settings = settings or Settings()
     if deployment.model.params_b is None and deployment.model.id is None:
         raise UsageError("compare needs a model (an id like Qwen2.5-7B or a size like 7B)")
-    wanted = list(precisions or PRECISIONS)
-    baseline_dict = estimate_dict(
+    baseline = estimate_dict(
         run_estimate(with_precision(deployment, "fp16"), settings, requests_per_month)
     )
-    base_energy = figure(baseline_dict, "energy_per_1k_tokens_j")
-    cells: list[dict[str, Any]] = []
-    evidence: list[str] = []
-    src: list[str] = []
-    for precision in wanted:
-        dep = with_precision(deployment, precision)
-        est = estimate_dict(run_estimate(dep, settings, requests_per_month))
-        energy = figure(est, "energy_per_1k_tokens_j")
-        row = {
-            "precision": precision,
-            "throughput_tok_s": figure(est, "throughput_tok_s"),
-            "energy_per_1k_tokens_j": energy,
-            "energy_per_1k_tokens_j_range": est.get("energy_per_1k_tokens_j_range"),
-            "delta_vs_fp16_pct": (
-                round((energy / base_energy - 1.0) * 100.0, 1) if energy and base_energy else None
-            ),
-            "paired_deltas": list(est.get("paired_deltas") or ()),
-            "tokens_per_j": figure(est, "tokens_per_j"),
-            "vram_gb": figure(est, "vram_gb"),
-            "latency_s": figure(est, "latency_s"),
-            "power_w": figure(est, "power_w"),
-            "cost_usd_per_month": monthly_of(est).get("cost_usd"),
-            "tier": est.get("tier", "none"),
-            "method": est.get("method"),
-            "rows": list(est.get("rows") or ()),
-        }
-        cells.append(row)
-        evidence.extend(row["rows"])
-        src.extend(est.get("sources") or ())
+    base_energy = figure(baseline, "energy_per_1k_tokens_j")
+    estimates = [
+        estimate_dict(
+            run_estimate(with_precision(deployment, precision), settings, requests_per_month)
+        )
+        for precision in precisions or PRECISIONS
+    ]
+    cells = [
+        _cell(precision, est, base_energy)
+        for precision, est in zip(precisions or PRECISIONS, estimates, strict=True)
+    ]
+    ranked = _ranked(cells)
+    known = [c for c in cells if c["tier"] != "none"]
+    findings = run_rules(deployment, settings) if deployment.precision else []
+    verdict = _precision_verdict(deployment, cells, ranked, known, findings, language)
+    evidence = [row for cell in cells for row in cell["rows"]]
+    return cited_result(
+        evidence,
+        [src for est in estimates for src in est.get("sources") or ()],
+        protocol="compare",
+        mood=verdict.mood,
+        language=language,
+        deployment=deployment,
+        findings=tuple(verdict.findings),
+        recommendation=verdict.recommendation,
+        rows=tuple(cells),
+        tier=weakest_tier(c["tier"] for c in known),
+        notes=tuple(verdict.notes),
+        extra={"baseline": "fp16"},
+    )
+
+
+def _cell(precision: str, est: dict[str, Any], base_energy: float | None) -> dict[str, Any]:
+    """One precision's row: the estimator's figures, its change vs FP16 and its evidence."""
+    energy = figure(est, "energy_per_1k_tokens_j")
+    return {
+        "precision": precision,
+        "throughput_tok_s": figure(est, "throughput_tok_s"),
+        "energy_per_1k_tokens_j": energy,
+        "energy_per_1k_tokens_j_range": est.get("energy_per_1k_tokens_j_range"),
+        "delta_vs_fp16_pct": (
+            round((energy / base_energy - 1.0) * 100.0, 1) if energy and base_energy else None
+        ),
+        "paired_deltas": list(est.get("paired_deltas") or ()),
+        "tokens_per_j": figure(est, "tokens_per_j"),
+        "vram_gb": figure(est, "vram_gb"),
+        "latency_s": figure(est, "latency_s"),
+        "power_w": figure(est, "power_w"),
+        "cost_usd_per_month": monthly_of(est).get("cost_usd"),
+        "tier": est.get("tier", "none"),
+        "method": est.get("method"),
+        "rows": list(est.get("rows") or ()),
+    }
+
+
+def _ranked(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells with an energy figure, lowest first; every cell gets its ``rank`` (None
+    without a figure)."""
     ranked = sorted(
         (c for c in cells if c["energy_per_1k_tokens_j"] is not None),
         key=lambda c: c["energy_per_1k_tokens_j"],
@@ -84,10 +124,20 @@ def compare(
         cell["rank"] = rank
     for cell in cells:
         cell.setdefault("rank", None)
-    known = [c for c in cells if c["tier"] != "none"]
-    findings: list[Finding] = []
-    if deployment.precision:
-        findings = run_rules(deployment, settings)
+    return ranked
+
+
+def _precision_verdict(
+    deployment: Deployment,
+    cells: list[dict[str, Any]],
+    ranked: list[dict[str, Any]],
+    known: list[dict[str, Any]],
+    findings: list[Finding],
+    language: str,
+) -> _Verdict:
+    """Gray without data, else the worst finding's mood (green without one). The lowest cell
+    is recommended, unless it is quantized and its saving does not hold across the
+    experiments: then the lowest unquantized one, with the reason stated."""
     if not known:
         mood = Mood.GRAY
     elif findings:
@@ -95,7 +145,6 @@ def compare(
     else:
         mood = Mood.GREEN
     best = ranked[0] if ranked else None
-    recommendation = None
     notes: list[str] = []
     fp16_cell = next((c for c in cells if c["precision"] == "fp16"), None)
     if (
@@ -110,6 +159,7 @@ def compare(
         notes.append(uncertain_reason(lowest, ref, language))
         unquantized = [c for c in ranked if c["precision"] in UNQUANTIZED]
         best = unquantized[0] if unquantized else best
+    recommendation = None
     if best is not None:
         recommendation = {
             "precision": best["precision"],
@@ -118,21 +168,7 @@ def compare(
             "delta_vs_fp16_pct": best["delta_vs_fp16_pct"],
             "tier": best["tier"],
         }
-    sources, _tiers = cite(evidence, src)
-    return AdvisorResult(
-        protocol="compare",
-        mood=mood,
-        language=language,
-        deployment=deployment,
-        findings=tuple(findings),
-        recommendation=recommendation,
-        rows=tuple(cells),
-        tier=weakest_tier(c["tier"] for c in known),
-        sources=sources,
-        evidence=tuple(dict.fromkeys(evidence)),
-        notes=tuple(notes),
-        extra={"baseline": "fp16"},
-    )
+    return _Verdict(mood, recommendation, findings, notes)
 
 
 def compare_across_models(
@@ -145,89 +181,95 @@ def compare_across_models(
     """A precision question without a model ("should I use FP8 on Blackwell?"): every model
     measured on that GPU at FP16 and at the asked precisions, straight from the reference rows
     (delta vs the FP16 row of the same source file when there is one)."""
-    knowledge = knowledge_module()
     wanted = [p for p in precisions if p != "fp16"]
     if not wanted:
         raise UsageError("name a precision to compare against FP16 (e.g. FP8, NF4, INT8)")
-    rows_out: list[dict[str, Any]] = []
-    evidence: list[str] = []
-    for precision in wanted:
+    rows_out = [
+        _model_row(gpu_profile, row)
+        for precision in wanted
         for row in sorted(
-            knowledge.find_rows(gpu=gpu_profile, precision=precision, batch_size=1),
+            find_rows(gpu=gpu_profile, precision=precision, batch_size=1),
             key=lambda r: (r.params_b or 0, r.model_id),
-        ):
-            fp16 = [
-                r
-                for r in knowledge.find_rows(
-                    gpu=gpu_profile, model=row.model_id, precision="fp16", batch_size=1
-                )
-            ]
-            same_source = [r for r in fp16 if r.source == row.source] or fp16
-            base = same_source[0] if same_source else None
-            delta = None
-            if base is not None and base.energy_j_per_1k and row.energy_j_per_1k:
-                delta = round((row.energy_j_per_1k / base.energy_j_per_1k - 1.0) * 100.0, 1)
-            rows_out.append(
-                {
-                    "model": row.model_id,
-                    "params_b": row.params_b,
-                    "precision": row.precision,
-                    "energy_per_1k_tokens_j": row.energy_j_per_1k,
-                    "fp16_energy_per_1k_tokens_j": base.energy_j_per_1k if base else None,
-                    "delta_vs_fp16_pct": delta,
-                    "throughput_tok_s": row.throughput_tok_s,
-                    "power_w": row.power_w,
-                    "tier": row.tier if base is None else weakest_tier((row.tier, base.tier)),
-                    "rows": [row.id] + ([base.id] if base else []),
-                }
-            )
-            evidence.extend([row.id] + ([base.id] if base else []))
-    deltas = [r["delta_vs_fp16_pct"] for r in rows_out if r["delta_vs_fp16_pct"] is not None]
-    findings: list[Finding] = []
-    notes: list[str] = []
-    if not rows_out:
-        mood = Mood.GRAY
-        recommendation = None
-    else:
-        worse = sum(1 for d in deltas if d > TIE_FRACTION * 100)
-        better = sum(1 for d in deltas if d < -TIE_FRACTION * 100)
-        if deltas and worse == len(deltas):
-            mood = Mood.RED if min(deltas) > 50 else Mood.ORANGE
-            verdict = "stay-fp16"
-        elif deltas and better == len(deltas):
-            mood, verdict = Mood.GREEN, "use"
-        else:
-            mood, verdict = Mood.YELLOW, "depends-on-size"
-        recommendation = {
-            "verdict": verdict,
-            "precisions": wanted,
-            "delta_min_pct": min(deltas) if deltas else None,
-            "delta_max_pct": max(deltas) if deltas else None,
-            "models": len(rows_out),
-        }
-        if any(p in ("fp8_weight_only", "fp8_dynamic") for p in wanted):
-            dep = with_precision(
-                Deployment(gpu=GpuSpec(profile=gpu_profile, architecture=architecture)), wanted[0]
-            )
-            findings = [f for f in run_rules(dep, Settings()) if f.rule == "fp8-eager"]
-            if findings:
-                notes.append(
-                    Text(
-                        "These FP8 rows ran torchao in eager mode; torch.compile is the untested way out (measure it with `ecoguard bench`).",
-                        "这些 FP8 数据是 torchao 在 eager 模式下测的；torch.compile 可能改善，但没有数据，请用 `ecoguard bench` 自测。",
-                    ).get(language)
-                )
-    sources, _tiers = cite(evidence)
-    return AdvisorResult(
+        )
+    ]
+    verdict = _models_verdict(rows_out, wanted, gpu_profile, architecture, language)
+    return cited_result(
+        [row_id for r in rows_out for row_id in r["rows"]],
         protocol="compare",
-        mood=mood,
+        mood=verdict.mood,
         language=language,
-        findings=tuple(findings),
-        recommendation=recommendation,
+        findings=tuple(verdict.findings),
+        recommendation=verdict.recommendation,
         rows=tuple(rows_out),
         tier=weakest_tier(r["tier"] for r in rows_out),
-        sources=sources,
-        evidence=tuple(dict.fromkeys(evidence)),
-        notes=tuple(notes),
+        notes=tuple(verdict.notes),
         extra={"scope": "models", "gpu": gpu_profile},
     )
+
+
+def _model_row(gpu_profile: str, row: Any) -> dict[str, Any]:
+    """A measured row beside the FP16 row of the same model and GPU (from the same source file
+    when there is one), with the change between them."""
+    fp16 = find_rows(gpu=gpu_profile, model=row.model_id, precision="fp16", batch_size=1)
+    same_source = [r for r in fp16 if r.source == row.source] or list(fp16)
+    base = same_source[0] if same_source else None
+    delta = None
+    if base is not None and base.energy_j_per_1k and row.energy_j_per_1k:
+        delta = round((row.energy_j_per_1k / base.energy_j_per_1k - 1.0) * 100.0, 1)
+    return {
+        "model": row.model_id,
+        "params_b": row.params_b,
+        "precision": row.precision,
+        "energy_per_1k_tokens_j": row.energy_j_per_1k,
+        "fp16_energy_per_1k_tokens_j": base.energy_j_per_1k if base else None,
+        "delta_vs_fp16_pct": delta,
+        "throughput_tok_s": row.throughput_tok_s,
+        "power_w": row.power_w,
+        "tier": row.tier if base is None else weakest_tier((row.tier, base.tier)),
+        "rows": [row.id] + ([base.id] if base else []),
+    }
+
+
+def _models_verdict(
+    rows: list[dict[str, Any]],
+    wanted: list[str],
+    gpu_profile: str,
+    architecture: str | None,
+    language: str,
+) -> _Verdict:
+    """Stay on FP16 when the precision cost more on every model (red past +50%), use it when it
+    saved on every one, else it depends on size; FP8 rows carry the fp8-eager finding."""
+    if not rows:
+        return _Verdict(Mood.GRAY, None, [], [])
+    deltas = [r["delta_vs_fp16_pct"] for r in rows if r["delta_vs_fp16_pct"] is not None]
+    worse = sum(1 for d in deltas if d > TIE_FRACTION * 100)
+    better = sum(1 for d in deltas if d < -TIE_FRACTION * 100)
+    if deltas and worse == len(deltas):
+        mood = Mood.RED if min(deltas) > 50 else Mood.ORANGE
+        verdict = "stay-fp16"
+    elif deltas and better == len(deltas):
+        mood, verdict = Mood.GREEN, "use"
+    else:
+        mood, verdict = Mood.YELLOW, "depends-on-size"
+    recommendation = {
+        "verdict": verdict,
+        "precisions": wanted,
+        "delta_min_pct": min(deltas) if deltas else None,
+        "delta_max_pct": max(deltas) if deltas else None,
+        "models": len(rows),
+    }
+    findings: list[Finding] = []
+    notes: list[str] = []
+    if any(p in ("fp8_weight_only", "fp8_dynamic") for p in wanted):
+        dep = with_precision(
+            Deployment(gpu=GpuSpec(profile=gpu_profile, architecture=architecture)), wanted[0]
+        )
+        findings = [f for f in run_rules(dep, Settings()) if f.rule == "fp8-eager"]
+        if findings:
+            notes.append(
+                Text(
+                    "These FP8 rows ran torchao in eager mode; torch.compile is the untested way out (measure it with `ecoguard bench`).",
+                    "这些 FP8 数据是 torchao 在 eager 模式下测的；torch.compile 可能改善，但没有数据，请用 `ecoguard bench` 自测。",
+                ).get(language)
+            )
+    return _Verdict(mood, recommendation, findings, notes)
