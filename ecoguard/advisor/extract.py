@@ -1,6 +1,7 @@
 """Small extractors, one per kind of fact, each driven by a table: serving hours, the use
 (chat, API, batch job) read from the whole question, where the GPU runs (PUE), the electricity
-price and its currency, and code pasted into the question.
+price and its currency, the currency asked for and an exchange rate, the region, and the source
+files named or code pasted into the question.
 
 Each takes the question (lower-cased where it says so, or with model and GPU names masked) and
 returns a typed result; none raises on odd input. Patterns are bounded and linear.
@@ -11,8 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ecoguard.advisor.numbers import NUMBER
+from ecoguard.advisor.numbers import NUMBER, first_group, parse_number
 from ecoguard.advisor.texts import Text
+from ecoguard.advisor.words import Word, following
 
 # ---------------------------------------------------------------------------------------------
 # Serving hours a day
@@ -204,7 +206,117 @@ def electricity_price(masked: str) -> Price | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Code pasted into a question
+# The currency asked for, an exchange rate, and the price
+
+_RE_RATE = re.compile(
+    rf"(?:rate|汇率|exchange rate)\s*(?:of|is|=|:|：|为)?\s*({NUMBER})"
+    rf"|1\s*(?:usd|\$|美元|dollar)\s*=\s*({NUMBER})\s*(?:cny|rmb|元|人民币|yuan)"
+    rf"|({NUMBER})\s*(?:cny|rmb|元|yuan)\s*(?:/|per|每)\s*(?:usd|\$|美元|dollar)"
+    rf"|usd\s*/\s*cny\s*(?:=|:)?\s*({NUMBER})",
+    re.I,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MoneyFacts:
+    currency: str = "USD"
+    cny_per_usd: float | None = None
+    price_per_kwh: float | None = None
+    price_currency: str | None = None
+
+
+def money(lower: str, masked: str, language: str) -> MoneyFacts:
+    """The currency asked for, an exchange rate, and the electricity price and its currency."""
+    currency = "USD"
+    if re.search(r"人民币|\bcny\b|\brmb\b|元|块钱|yuan", lower) or (
+        language == "zh"
+        and ("多少钱" in lower or "花" in lower)
+        and "$" not in lower
+        and "美元" not in lower
+    ):
+        currency = "CNY"
+    m = _RE_RATE.search(masked)
+    rate = parse_number(first_group(m)) if m else None
+    price = electricity_price(masked)
+    if price is None:
+        return MoneyFacts(currency, rate)
+    if price.currency not in ("USD", "CNY"):
+        currency = price.currency
+    return MoneyFacts(currency, rate, price.per_kwh, price.currency)
+
+
+# ---------------------------------------------------------------------------------------------
+# The region (grid price and carbon intensity)
+
+_REGIONS: dict[str, str] = {
+    "china": "china",
+    "chinese": "china",
+    "cn": "china",
+    "prc": "china",
+    "中国": "china",
+    "国内": "china",
+    "us": "us",
+    "usa": "us",
+    "america": "us",
+    "美国": "us",
+    "eu": "eu",
+    "europe": "eu",
+    "european": "eu",
+    "欧洲": "eu",
+    "欧盟": "eu",
+    "uk": "uk",
+    "britain": "uk",
+    "england": "uk",
+    "英国": "uk",
+    "france": "fr",
+    "french": "fr",
+    "法国": "fr",
+    "germany": "de",
+    "german": "de",
+    "德国": "de",
+    "india": "in",
+    "印度": "in",
+    "japan": "jp",
+    "日本": "jp",
+    "canada": "ca",
+    "加拿大": "ca",
+}
+
+_REGIONS_HAN = tuple((k, v) for k, v in _REGIONS.items() if not k.isascii())
+# Nouns after "Chinese" that make it a language, not a region ("Chinese characters").
+_LANGUAGE_NOUNS = frozenset(
+    {
+        "characters",
+        "chars",
+        "character",
+        "text",
+        "texts",
+        "words",
+        "language",
+        "tokens",
+        "tokenizer",
+    }
+)
+
+
+def region(words: list[Word]) -> str | None:
+    """The first region named ("Chinese characters", "Chinese text" name a language)."""
+    for i, (_s, _e, word) in enumerate(words):
+        w = word.lower()
+        if w == "chinese" and following(words, i) in _LANGUAGE_NOUNS:
+            continue
+        if w in _REGIONS:
+            return _REGIONS[w]
+        if word.isascii():
+            continue
+        for zh, key in _REGIONS_HAN:
+            if zh in word:
+                return key
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Source files named, and code pasted into a question
 
 _CODE_SIGNS = re.compile(
     r"from_pretrained\s*\(|BitsAndBytesConfig\s*\(|TorchAoConfig\s*\(|\.generate\s*\(|"
@@ -235,3 +347,8 @@ def pasted_code(text: str) -> str | None:
     if last >= 0 and not code[last + 1 :].strip().startswith(("(", ".", "[")):
         code = code[: last + 1]
     return code or None
+
+
+def source_paths(words: list[Word]) -> list[str]:
+    """Python files and notebooks the question names (``serve.py``, ``app/main.ipynb``)."""
+    return [t for _s, _e, t in words if t.lower().endswith((".py", ".ipynb")) and len(t) > 3]

@@ -89,36 +89,9 @@ def parse_chinese_number(text: str) -> float | None:
     return total + section + (digit or 0.0)
 
 
-_NUMBER_WITH_SCALE = re.compile(rf"({NUMBER})({SCALE})", re.IGNORECASE)
-
-
-def find_quantities(text: str) -> list[tuple[int, int, float, str]]:
-    """Every number in ``text`` with its scale applied: ``(start, end, value, source_text)``.
-
-    Chinese numerals (``十万``) are included; a lone ``万`` is not a number.
-    """
-    found: list[tuple[int, int, float, str]] = []
-    for match in _NUMBER_WITH_SCALE.finditer(text):
-        # Skip digits glued to letters before them (model names like "Qwen2", GPU names like "H100").
-        if match.start() > 0 and (
-            text[match.start() - 1].isalpha() and text[match.start() - 1].isascii()
-        ):
-            continue
-        if match.start() > 0 and text[match.start() - 1] == ".":
-            continue
-        try:
-            base = parse_number(match.group(1))
-        except ValueError:  # pragma: no cover - NUMBER only admits parseable text
-            continue
-        value = base * scale_factor(match.group(2))
-        found.append((match.start(), match.end(), value, match.group(0).strip()))
-    for match in re.finditer(CN_NUMBER, text):
-        value = parse_chinese_number(match.group(0))
-        if value is None or value == 0:
-            continue
-        found.append((match.start(), match.end(), value, match.group(0)))
-    found.sort()
-    return found
+def first_group(match: re.Match[str]) -> str:
+    """The first group that matched: a pattern with one number per alternative."""
+    return next(g for g in match.groups() if g is not None)
 
 
 def format_count(value: float) -> str:

@@ -20,8 +20,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ecoguard.advisor.numbers import CN_NUMBER, NUMBER, format_count, parse_chinese_number
-from ecoguard.advisor.texts import Text
+from ecoguard.advisor.conversions import Conversion
+from ecoguard.advisor.numbers import (
+    CN_NUMBER,
+    NUMBER,
+    SCALE,
+    format_count,
+    parse_chinese_number,
+    parse_number,
+    scale_factor,
+)
 
 # Conversion constants (stated in every answer that uses them).
 REQUESTS_PER_USER = 5  # requests one user sends per period, when a question counts users
@@ -29,6 +37,7 @@ DAYS_PER_MONTH = 30
 CHINESE_CHARS_PER_TOKEN = 2.0  # Qwen/Yi-style tokenizers, Chinese text: 100万字 ~ 500,000 tokens
 ENGLISH_CHARS_PER_TOKEN = 4.0
 WORDS_PER_TOKEN = 0.75  # English words per token
+BYTES_PER_TOKEN = 4.0  # plain text: "1 GB of text" ~ 250M tokens
 
 # Periods: the words that name them and how many fit in a 30-day month.
 PERIODS: dict[str, tuple[float, str, str]] = {
@@ -156,23 +165,8 @@ _PINYIN = re.compile(
 )
 _PINYIN_SCALE = {"qianwan": "千万", "baiwan": "百万", "wan": "万", "yi": "亿", "qian": "千"}
 
-# A quantity: digits with an optional scale, or Chinese numerals. Scales as in numbers.py.
-_SCALE = r"(?:\s*(?:thousand|million|billion|千万|百万|万|亿|千)|(?:mn|k|m|b)(?![a-z]))?"
-_QTY = re.compile(rf"({NUMBER})({_SCALE})|({CN_NUMBER})", re.IGNORECASE)
-_SCALES = {
-    "thousand": 1e3,
-    "million": 1e6,
-    "billion": 1e9,
-    "千万": 1e7,
-    "百万": 1e6,
-    "万": 1e4,
-    "亿": 1e8,
-    "千": 1e3,
-    "mn": 1e6,
-    "k": 1e3,
-    "m": 1e6,
-    "b": 1e9,
-}
+# A quantity: digits with an optional scale (numbers.SCALE), or Chinese numerals.
+_QTY = re.compile(rf"({NUMBER})({SCALE})|({CN_NUMBER})", re.IGNORECASE)
 
 # Prefix forms: "QPS 100", "QPS of 100", "日活 10万", "DAU: 50k", "并发 200", "concurrency 64".
 _PREFIX_FORMS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -202,31 +196,6 @@ _SUFFIX_CONCURRENCY = re.compile(
     re.I,
 )
 _SUFFIX_DAU = re.compile(r"\s*(?:日活|dau\b)", re.I)
-
-
-@dataclass(frozen=True, slots=True)
-class Conversion:
-    """One unit conversion, shown to the user: ``source`` as written, ``value`` after
-    conversion, ``rule`` the assumption used (both in English and Chinese)."""
-
-    field: str
-    source: Text
-    value: float
-    rule: Text
-
-    @classmethod
-    def of(
-        cls, field: str, source: str, value: float, en: str, zh: str, source_zh: str | None = None
-    ) -> Conversion:
-        return cls(field, Text(source, source_zh or source), value, Text(en, zh))
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "field": self.field,
-            "source": self.source.en,
-            "value": self.value,
-            "rule": self.rule.en,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,9 +309,7 @@ def _number_run(text: str, words: list[re.Match[str]], i: int) -> tuple[int, flo
 def _quantity_value(match: re.Match[str]) -> float | None:
     if match.group(3):
         return parse_chinese_number(match.group(3))
-    value = float(match.group(1).replace(",", ""))
-    scale = (match.group(2) or "").strip().lower()
-    return value * _SCALES.get(scale, 1.0)
+    return parse_number(match.group(1)) * scale_factor(match.group(2))
 
 
 def _glued_to_name(text: str, start: int) -> bool:
@@ -545,3 +512,29 @@ def extract_volume(
         quantities=tuple(quantities),
         conversions=tuple(conversions),
     )
+
+
+_RE_BYTES = re.compile(rf"({NUMBER})\s*(tb|gb|mb|kb)\b", re.I)
+_BYTES = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
+
+
+def text_bytes(masked: str, conversions: list[Conversion]) -> float | None:
+    """``1 GB of text`` -> tokens (not ``80 GB of VRAM``), with the conversion appended."""
+    m = _RE_BYTES.search(masked)
+    if not m:
+        return None
+    size_bytes = parse_number(m.group(1)) * _BYTES[m.group(2).lower()]
+    after = masked[m.end() : m.end() + 20].lower()
+    if "vram" in after or "memory" in after or "显存" in after:
+        return None
+    tokens = size_bytes / BYTES_PER_TOKEN
+    conversions.append(
+        Conversion.of(
+            "total_tokens",
+            m.group(0).strip(),
+            tokens,
+            f"~{BYTES_PER_TOKEN:g} bytes of text per token",
+            f"约 {BYTES_PER_TOKEN:g} 字节文本 = 1 token",
+        )
+    )
+    return tokens

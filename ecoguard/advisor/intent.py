@@ -1,0 +1,175 @@
+"""What a question asks for: which of the five protocols answers it (optimize, compare,
+estimate, diagnose, audit), from its words in English or Chinese and the facts found in it
+(files named, code pasted, several precisions, a measured figure, a volume).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ecoguard.errors import UsageError
+
+_AUDIT_WORDS = ("audit", "scan my code", "check my code", "审计", "扫描代码", "检查代码")
+_COMPARE_WORDS = (
+    "compare",
+    "comparison",
+    " vs ",
+    " vs.",
+    "versus",
+    "all precisions",
+    "every precision",
+    "each precision",
+    "side by side",
+    "对比",
+    "比较",
+    "所有精度",
+    "各种精度",
+    "各精度",
+    "全部精度",
+    "better than",
+    "worse than",
+)
+_DIAGNOSE_WORDS = (
+    "why",
+    "crazy",
+    "too high",
+    "too slow",
+    "slow",
+    "worse",
+    "insane",
+    "huge bill",
+    "help",
+    "problem",
+    "expected",
+    "diagnose",
+    "what's wrong",
+    "what is wrong",
+    "high bill",
+    "only get",
+    "i get",
+    "i'm getting",
+    "getting only",
+    "为什么",
+    "为啥",
+    "离谱",
+    "太高",
+    "太慢",
+    "很慢",
+    "变慢",
+    "更慢",
+    "更差",
+    "更耗",
+    "诊断",
+    "怎么回事",
+    "不正常",
+    "帮帮",
+    "救命",
+    "只有",
+)
+_OPTIMIZE_WORDS = (
+    "greenest",
+    "best config",
+    "best setup",
+    "best precision",
+    "best batch",
+    "optimal",
+    "optimize",
+    "optimise",
+    "recommend",
+    "should i",
+    "which precision",
+    "most efficient",
+    "efficient config",
+    "lowest energy",
+    "cheapest config",
+    "how should",
+    "最省",
+    "最环保",
+    "最绿",
+    "最佳",
+    "推荐",
+    "怎么选",
+    "应该用",
+    "该用",
+    "选哪",
+    "优化",
+    "最节能",
+    "最划算",
+    "最好的配置",
+    "最优",
+)
+_ESTIMATE_WORDS = (
+    "cost",
+    "how much",
+    "price",
+    "bill",
+    "spend",
+    "$",
+    "per month",
+    "a month",
+    "kwh",
+    "energy use",
+    "carbon",
+    "co2",
+    "estimate",
+    "budget",
+    "多少钱",
+    "成本",
+    "费用",
+    "电费",
+    "花费",
+    "要花",
+    "预算",
+    "耗电",
+    "碳排",
+    "估算",
+    "多少度",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolSignals:
+    """The facts that steer the protocol choice besides the question's words."""
+
+    paths: tuple[str, ...] = ()
+    code: str | None = None
+    precisions: tuple[str, ...] = ()
+    observed: bool = False
+    volume: bool = False
+    model: str | None = None
+    gpu: str | None = None
+
+
+def _has_any(haystack: str, needles: tuple[str, ...]) -> bool:
+    return any(n in haystack for n in needles)
+
+
+def choose_protocol(lower: str, signals: ProtocolSignals) -> tuple[str, str]:
+    """Pick the protocol from keywords and the facts found. Order matters: an audit names files,
+    a comparison asks for several precisions, a diagnosis reports a problem or a figure."""
+    if signals.paths or _has_any(lower, _AUDIT_WORDS):
+        return "audit", "names source files or asks for an audit"
+    if signals.code:
+        return "audit", "pastes code: audited as text, never run"
+    several = len(signals.precisions) >= 2
+    if _has_any(lower, _COMPARE_WORDS) or ((" or " in lower or "还是" in lower) and several):
+        return "compare", "asks to compare configurations"
+    if signals.observed:
+        return "diagnose", "reports a measured figure to check"
+    if _has_any(lower, _DIAGNOSE_WORDS):
+        return "diagnose", "reports a problem or asks why"
+    if _has_any(lower, _OPTIMIZE_WORDS):
+        return "optimize", "asks for the best configuration"
+    if _has_any(lower, _ESTIMATE_WORDS) or signals.volume:
+        return "estimate", "asks what it will cost"
+    if signals.model is not None:
+        return "estimate", "names a model without a specific request; estimating it"
+    if signals.precisions and signals.gpu is not None:
+        # "FP8 on Blackwell?": a precision on a GPU, no model: every measured model on that GPU.
+        return "compare", "asks about a precision on a GPU without a model"
+    raise UsageError(
+        "I could not tell what you want to know. Name a model and a GPU and ask, e.g.: "
+        '"greenest config for Qwen2.5-3B on RTX 5090", "compare all precisions Qwen2.5-7B on 5090", '
+        '"Mistral-7B on A800 cost for 1 million requests a month", '
+        '"我想用 Yi-6B 跑 100 万字, 要花多少钱"'
+    )

@@ -1,0 +1,119 @@
+"""The shape of the work a question states: batch size (``batch size 8``, ``bs=16``, ``批大小
+32``) and sequence lengths (``512 in / 256 out``, ``max_new_tokens=256``, ``4k context``).
+
+Read from the question with model and GPU names masked, so ``Qwen2.5-7B`` is not a 7 and
+``H100`` is not 100 of anything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ecoguard.advisor.conversions import Conversion
+from ecoguard.advisor.coverage import REFERENCE_MAX_SEQUENCE
+from ecoguard.advisor.numbers import NUMBER, first_group, parse_number
+from ecoguard.errors import UsageError
+
+# "batch size 8", "bs=16", "批大小为 32": the words before a batch size.
+_BATCH_SAID = (
+    r"(?:batch[\s_\-]?size|\bbs|batch|批大小|批量大小|批次大小|批处理大小|批量|批次)"
+    r"\s*(?:=|:|：|of|is|为|是|设为|设成)?\s*"
+)
+_RE_BATCH = re.compile(rf"{_BATCH_SAID}({NUMBER})", re.I)
+_RE_CONTEXT = re.compile(
+    rf"(?:context(?:\s+length)?|sequence(?:\s+length)?|seq(?:uence)?[\s_]?len|max_length|上下文|序列长度)"
+    rf"\s*(?:=|:|：|of|is|为)?\s*({NUMBER})\s*(k)?",
+    re.I,
+)
+_RE_CONTEXT_AFTER = re.compile(
+    rf"({NUMBER})\s*(k)?\s*(?:-\s*)?(?:token\s+)?(?:context|上下文)", re.I
+)
+_RE_IN = re.compile(
+    rf"({NUMBER})\s*(?:tokens?\s+(?:in\b|input|prompt)|in\s*(?=/)|input\b|prompt\b)"
+    rf"|(?:prompt|input|输入)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
+    re.I,
+)
+_RE_OUT = re.compile(
+    rf"({NUMBER})\s*(?:tokens?\s+)?(?:out\b|output|generated)|(?:max_new_tokens|output|输出|生成)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
+    re.I,
+)
+
+
+# A batch size as written, sign, fraction and exponent included, so "batch size -1", "0", "2.5"
+# or "1e12" is refused rather than dropped or read as its leading digits (it was read as 1).
+_RE_BATCH_WRITTEN = re.compile(
+    _BATCH_SAID + r"(-?\s*\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?)(?![\d.])", re.I
+)
+MAX_BATCH_SIZE = 4096
+
+
+def _check_batch_sizes(text: str) -> None:
+    """Refuse a batch size that is not a whole number of sequences from 1 to MAX_BATCH_SIZE."""
+    for match in _RE_BATCH_WRITTEN.finditer(text):
+        written = match.group(1).strip()
+        try:
+            value = float(written.replace(",", "").replace(" ", ""))
+        except ValueError:
+            continue
+        if not value.is_integer() or not 1 <= value <= MAX_BATCH_SIZE:
+            raise UsageError(
+                f"batch size {written} is not a whole number of sequences from 1 to "
+                f"{MAX_BATCH_SIZE}; say e.g. 'batch size 8'"
+            )
+
+
+def batch_sizes(masked: str, lower: str) -> tuple[int, ...]:
+    """The batch sizes stated, smallest first. A size that is not a whole number from 1 to
+    ``MAX_BATCH_SIZE`` is a usage error, and so are two sizes unless the question compares."""
+    _check_batch_sizes(masked)
+    batches = {int(parse_number(first_group(b))) for b in _RE_BATCH.finditer(masked)}
+    batches = {b for b in batches if b > 0}
+    if len(batches) > 1 and "compare" not in lower:
+        raise UsageError(
+            f"contradiction: more than one batch size given ({', '.join(map(str, sorted(batches)))}); "
+            "give one, or ask to compare"
+        )
+    return tuple(sorted(batches))
+
+
+@dataclass(frozen=True, slots=True)
+class Lengths:
+    """Prompt and generated tokens as stated (None: not stated), and the longest sequence
+    named (a context length, or prompt plus output), to check against the reference rows."""
+
+    prompt_tokens: int | None
+    generation_tokens: int | None
+    longest: int
+
+
+def _context_length(masked: str) -> int:
+    """The longest context or sequence length stated (``8k`` is 8,192), 0 when none."""
+    seq = 0
+    for m in list(_RE_CONTEXT.finditer(masked)) + list(_RE_CONTEXT_AFTER.finditer(masked)):
+        value = parse_number(m.group(1)) * (1000 if m.group(2) else 1)
+        if value == 8 * 1000 and m.group(2):
+            value = 8192
+        seq = max(seq, int(value))
+    return seq
+
+
+def lengths(masked: str, conversions: list[Conversion]) -> Lengths:
+    """Prompt and generated tokens (``512 in / 256 out``; a context length as the prompt, with
+    its conversion appended to ``conversions``)."""
+    prompt = next((int(parse_number(first_group(m))) for m in _RE_IN.finditer(masked)), None)
+    generated = next((int(parse_number(first_group(m))) for m in _RE_OUT.finditer(masked)), None)
+    seq = _context_length(masked)
+    longest = max(seq, (prompt or 0) + (generated or 0))
+    if seq and prompt is None and seq <= REFERENCE_MAX_SEQUENCE:
+        prompt = seq
+        conversions.append(
+            Conversion.of(
+                "prompt_tokens",
+                f"{seq}",
+                seq,
+                "context length used as the prompt length",
+                "上下文长度按提示词长度计",
+            )
+        )
+    return Lengths(prompt, generated, longest)
