@@ -19,52 +19,75 @@ import re
 from dataclasses import dataclass
 
 from ecoguard.advisor.texts import Text
+from ecoguard.knowledge.records import GpuProfile
+
+SPEC_SHEETS = "vendor specification sheet"
 
 
-@dataclass(frozen=True, slots=True)
-class CardSpec:
-    """Public specification of an NVIDIA card outside the GPU table (vendor spec sheets)."""
+def _card(
+    key: str,
+    name: str,
+    architecture: str,
+    capability: tuple[int, int],
+    vram_gb: float,
+    mem_bandwidth_gbs: float,
+    tdp_w: float,
+) -> GpuProfile:
+    """A card's public specification as a GPU profile (no measured idle power; BF16 from
+    Ampere, FP8 from Ada; NVML reports the card's marketing name)."""
+    return GpuProfile(
+        key,
+        name,
+        architecture,
+        capability,
+        vram_gb,
+        mem_bandwidth_gbs,
+        tdp_w,
+        idle_w=None,
+        bf16=capability >= (8, 0),
+        fp8=capability >= (8, 9),
+        nvml_names=(name,),
+        source=SPEC_SHEETS,
+    )
 
-    name: str
-    architecture: str
-    compute_capability: tuple[int, int]
-    vram_gb: float
-    mem_bandwidth_gbs: float
-    tdp_w: float
 
-
-# Lower-cased, folded name (no spaces, dashes, "rtx"/"geforce"/"nvidia") -> spec.
-NVIDIA_CARDS: dict[str, CardSpec] = {
-    "5080": CardSpec("NVIDIA GeForce RTX 5080", "blackwell", (12, 0), 16, 960, 360),
-    "5070ti": CardSpec("NVIDIA GeForce RTX 5070 Ti", "blackwell", (12, 0), 16, 896, 300),
-    "5070": CardSpec("NVIDIA GeForce RTX 5070", "blackwell", (12, 0), 12, 672, 250),
-    "4080super": CardSpec("NVIDIA GeForce RTX 4080 SUPER", "ada", (8, 9), 16, 736, 320),
-    "4080": CardSpec("NVIDIA GeForce RTX 4080", "ada", (8, 9), 16, 717, 320),
-    "4070ti": CardSpec("NVIDIA GeForce RTX 4070 Ti", "ada", (8, 9), 12, 504, 285),
-    "4070": CardSpec("NVIDIA GeForce RTX 4070", "ada", (8, 9), 12, 504, 200),
-    "4060ti": CardSpec("NVIDIA GeForce RTX 4060 Ti", "ada", (8, 9), 8, 288, 160),
-    "4060": CardSpec("NVIDIA GeForce RTX 4060", "ada", (8, 9), 8, 272, 115),
-    "6000ada": CardSpec("NVIDIA RTX 6000 Ada Generation", "ada", (8, 9), 48, 960, 300),
-    "l40": CardSpec("NVIDIA L40", "ada", (8, 9), 48, 864, 300),
-    "3090ti": CardSpec("NVIDIA GeForce RTX 3090 Ti", "ampere", (8, 6), 24, 1008, 450),
-    "3080ti": CardSpec("NVIDIA GeForce RTX 3080 Ti", "ampere", (8, 6), 12, 912, 350),
-    "3080": CardSpec("NVIDIA GeForce RTX 3080", "ampere", (8, 6), 10, 760, 320),
-    "3070": CardSpec("NVIDIA GeForce RTX 3070", "ampere", (8, 6), 8, 448, 220),
-    "3060ti": CardSpec("NVIDIA GeForce RTX 3060 Ti", "ampere", (8, 6), 8, 448, 200),
-    "3060": CardSpec("NVIDIA GeForce RTX 3060", "ampere", (8, 6), 12, 360, 170),
-    "a10g": CardSpec("NVIDIA A10G", "ampere", (8, 6), 24, 600, 300),
-    "a10": CardSpec("NVIDIA A10", "ampere", (8, 6), 24, 600, 150),
-    "a30": CardSpec("NVIDIA A30", "ampere", (8, 0), 24, 933, 165),
-    "a40": CardSpec("NVIDIA A40", "ampere", (8, 6), 48, 696, 300),
-    "a6000": CardSpec("NVIDIA RTX A6000", "ampere", (8, 6), 48, 768, 300),
-    "2080ti": CardSpec("NVIDIA GeForce RTX 2080 Ti", "turing", (7, 5), 11, 616, 250),
-    "2080": CardSpec("NVIDIA GeForce RTX 2080", "turing", (7, 5), 8, 448, 215),
-    "2070": CardSpec("NVIDIA GeForce RTX 2070", "turing", (7, 5), 8, 448, 175),
-    "1080ti": CardSpec("NVIDIA GeForce GTX 1080 Ti", "pascal", (6, 1), 11, 484, 250),
-    "p100": CardSpec("Tesla P100", "pascal", (6, 0), 16, 732, 250),
-    "h800": CardSpec("NVIDIA H800", "hopper", (9, 0), 80, 3350, 700),
-    "h20": CardSpec("NVIDIA H20", "hopper", (9, 0), 96, 4000, 400),
-    "b200": CardSpec("NVIDIA B200", "blackwell", (10, 0), 180, 8000, 1000),
+# NVIDIA cards outside the GPU table (public specifications), by folded name (no spaces,
+# dashes, "rtx"/"geforce"/"nvidia"): name, architecture, compute capability, VRAM GB, memory
+# bandwidth GB/s, board power W.
+NVIDIA_CARDS: dict[str, GpuProfile] = {
+    card.key: card
+    for card in (
+        _card("5080", "NVIDIA GeForce RTX 5080", "blackwell", (12, 0), 16, 960, 360),
+        _card("5070ti", "NVIDIA GeForce RTX 5070 Ti", "blackwell", (12, 0), 16, 896, 300),
+        _card("5070", "NVIDIA GeForce RTX 5070", "blackwell", (12, 0), 12, 672, 250),
+        _card("4080super", "NVIDIA GeForce RTX 4080 SUPER", "ada", (8, 9), 16, 736, 320),
+        _card("4080", "NVIDIA GeForce RTX 4080", "ada", (8, 9), 16, 717, 320),
+        _card("4070ti", "NVIDIA GeForce RTX 4070 Ti", "ada", (8, 9), 12, 504, 285),
+        _card("4070", "NVIDIA GeForce RTX 4070", "ada", (8, 9), 12, 504, 200),
+        _card("4060ti", "NVIDIA GeForce RTX 4060 Ti", "ada", (8, 9), 8, 288, 160),
+        _card("4060", "NVIDIA GeForce RTX 4060", "ada", (8, 9), 8, 272, 115),
+        _card("6000ada", "NVIDIA RTX 6000 Ada Generation", "ada", (8, 9), 48, 960, 300),
+        _card("l40", "NVIDIA L40", "ada", (8, 9), 48, 864, 300),
+        _card("3090ti", "NVIDIA GeForce RTX 3090 Ti", "ampere", (8, 6), 24, 1008, 450),
+        _card("3080ti", "NVIDIA GeForce RTX 3080 Ti", "ampere", (8, 6), 12, 912, 350),
+        _card("3080", "NVIDIA GeForce RTX 3080", "ampere", (8, 6), 10, 760, 320),
+        _card("3070", "NVIDIA GeForce RTX 3070", "ampere", (8, 6), 8, 448, 220),
+        _card("3060ti", "NVIDIA GeForce RTX 3060 Ti", "ampere", (8, 6), 8, 448, 200),
+        _card("3060", "NVIDIA GeForce RTX 3060", "ampere", (8, 6), 12, 360, 170),
+        _card("a10g", "NVIDIA A10G", "ampere", (8, 6), 24, 600, 300),
+        _card("a10", "NVIDIA A10", "ampere", (8, 6), 24, 600, 150),
+        _card("a30", "NVIDIA A30", "ampere", (8, 0), 24, 933, 165),
+        _card("a40", "NVIDIA A40", "ampere", (8, 6), 48, 696, 300),
+        _card("a6000", "NVIDIA RTX A6000", "ampere", (8, 6), 48, 768, 300),
+        _card("2080ti", "NVIDIA GeForce RTX 2080 Ti", "turing", (7, 5), 11, 616, 250),
+        _card("2080", "NVIDIA GeForce RTX 2080", "turing", (7, 5), 8, 448, 215),
+        _card("2070", "NVIDIA GeForce RTX 2070", "turing", (7, 5), 8, 448, 175),
+        _card("1080ti", "NVIDIA GeForce GTX 1080 Ti", "pascal", (6, 1), 11, 484, 250),
+        _card("p100", "Tesla P100", "pascal", (6, 0), 16, 732, 250),
+        _card("h800", "NVIDIA H800", "hopper", (9, 0), 80, 3350, 700),
+        _card("h20", "NVIDIA H20", "hopper", (9, 0), 96, 4000, 400),
+        _card("b200", "NVIDIA B200", "blackwell", (10, 0), 180, 8000, 1000),
+    )
 }
 # Architectures in release order: a card whose architecture has no profile is matched to the
 # nearest one by release, and the answer says so.
@@ -79,7 +102,8 @@ def fold(name: str) -> str:
     return re.sub(r"[\s\-_]+", "", text)
 
 
-def card_spec(name: str) -> CardSpec | None:
+def card_spec(name: str) -> GpuProfile | None:
+    """The public specification of an NVIDIA card outside the GPU table, or None."""
     return NVIDIA_CARDS.get(fold(name))
 
 
@@ -87,7 +111,7 @@ def card_spec(name: str) -> CardSpec | None:
 class NearestProfile:
     """The profile an unlisted NVIDIA card is answered with, and why."""
 
-    card: CardSpec
+    card: GpuProfile
     profile_key: str
     profile_name: str
     reason: Text
@@ -103,7 +127,7 @@ class NearestProfile:
 
 
 def nearest_profile(
-    card: CardSpec, profiles: dict[str, object], with_data: set[str] | None = None
+    card: GpuProfile, profiles: dict[str, object], with_data: set[str] | None = None
 ) -> NearestProfile:
     """The closest profile: same architecture if any, else the nearest architecture by release;
     then the smallest log distance in memory bandwidth and board power (decode is
