@@ -2,29 +2,27 @@
 for the same cell several times (compare baseline, optimize candidates, the optimized column,
 the batching advice), so each (deployment, settings, volume) is estimated and judged once.
 
-The estimator and the rules are imported inside the functions: ``import ecoguard.advisor``
-stays cheap, and an answer that never estimates never loads the reference data.
+Importing the knowledge package reads no file: an answer that never estimates never loads the
+reference data.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
+import ecoguard.knowledge as knowledge
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.errors import UsageError
 from ecoguard.faults import record_fault
 from ecoguard.findings import Finding
+from ecoguard.knowledge.estimator import estimate
+from ecoguard.rules import evaluate
 
 
-def knowledge_module() -> Any:
-    try:
-        import ecoguard.knowledge as knowledge
-        from ecoguard.knowledge import estimator as _estimator  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - the knowledge part ships with ecoguard
-        raise UsageError(
-            f"the reference data (ecoguard.knowledge) is not available: {exc}"
-        ) from None
+def knowledge_module() -> ModuleType:
+    """The knowledge package (reference rows, tables, equivalents)."""
     return knowledge
 
 
@@ -35,8 +33,6 @@ _ESTIMATE_CACHE_MAX = 1024
 def run_estimate(deployment: Deployment, settings: Settings, requests_per_month: int | None) -> Any:
     """The knowledge estimator, memoised per (deployment, settings, volume): one answer asks for
     the same cell several times (compare baseline, optimize candidates, estimate side by side)."""
-    from ecoguard.knowledge.estimator import estimate
-
     key = (deployment, repr(settings), requests_per_month)
     try:
         return _ESTIMATE_CACHE[key]
@@ -58,10 +54,6 @@ _RULES_CACHE: dict[tuple[Deployment, str], tuple[Finding, ...]] = {}
 def run_rules(deployment: Deployment, settings: Settings) -> list[Finding]:
     """B's rules on the deployment; a rules failure is recorded, never raised into an answer.
     Memoised per (deployment, settings): optimize asks for the same cell more than once."""
-    try:
-        from ecoguard.rules import evaluate
-    except ImportError:
-        return []
     key = (deployment, repr(settings))
     try:
         return list(_RULES_CACHE[key])
