@@ -1,7 +1,8 @@
 """`ecoguard advise`, `optimize`, `compare`, `diagnose`.
 
-Light at import (argparse only): the parser, the knowledge tables and the rules load inside the
-handlers, so `ecoguard --help` stays fast and `ecoguard advise` never imports torch.
+Light at import (argparse only): `ecoguard --help` imports every command's cli module, so the
+advisor, the knowledge tables and the rules load inside the handlers (marked ``# lazy``), and
+`ecoguard advise` never imports torch.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+
+from ecoguard.config import Settings
 
 FORMATS = ("md", "text", "json")
 
@@ -94,8 +97,8 @@ def _fmt(args: argparse.Namespace) -> str:
 
 
 def _emit(answer: Any, args: argparse.Namespace) -> int:
-    from ecoguard.advisor.rendering import render
-    from ecoguard.advisor.voice import use_color
+    from ecoguard.advisor.rendering import render  # lazy: --help imports this module
+    from ecoguard.voice import use_color  # lazy: --help imports this module
 
     fmt = _fmt(args)
     text = render(answer, fmt=fmt, plain=args.plain, color=fmt != "json" and use_color(sys.stdout))
@@ -108,17 +111,15 @@ def _emit(answer: Any, args: argparse.Namespace) -> int:
 
 
 def _advise(args: argparse.Namespace) -> int:
-    from ecoguard.advisor.answers import advise
+    from ecoguard.advisor.answers import advise  # lazy: --help imports this module
 
     return _emit(advise(" ".join(args.text)), args)
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    from ecoguard.config import Settings
-
+def _settings(args: argparse.Namespace) -> Settings:
     settings = Settings.from_env()
     if args.region:
-        from ecoguard.knowledge import region
+        from ecoguard.knowledge import region  # lazy: --help imports this module
 
         # unknown region -> UsageError naming the accepted ones; aliases ("cn") -> the key
         settings = settings.with_(region=region(args.region).key)
@@ -126,7 +127,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _answer_for(args: argparse.Namespace, protocol: str) -> Any:
-    from ecoguard.advisor.answers import answer_for_flags
+    from ecoguard.advisor.answers import answer_for_flags  # lazy: --help imports this module
 
     observed = None
     if protocol == "diagnose":
