@@ -530,6 +530,23 @@ def test_module_import_stays_light():
     assert proc.stdout.strip() == "[]"
 
 
+def test_without_the_sdk_the_command_names_the_extra():
+    """`ecoguard mcp` where the `mcp` extra is missing: exit 2 and a line saying how to
+    install it, not a traceback (the SDK is hidden from the child's imports)."""
+    import subprocess
+
+    code = (
+        "import sys; sys.modules['mcp'] = None; "
+        "from ecoguard.cli import main; sys.exit(main(['mcp']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], input="", capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert "pip install 'ecoguard[mcp]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
 async def test_an_internal_failure_is_a_tool_error_naming_it(monkeypatch):
     """A bug inside ecoguard comes back as a tool error with the exception named (the SDK alone
     would say only 'Error executing tool'); the traceback goes to the log, not the client."""
