@@ -15,15 +15,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import lru_cache
 
-from ecoguard.audit.extract import Extractor, RawNote, Site
+from ecoguard.audit.extract import Extractor
 from ecoguard.audit.launch import audit_launch_text, is_launch_file
 from ecoguard.audit.moe import moe_total_b
 from ecoguard.audit.result import AuditNote, AuditResult, FileProblem
+from ecoguard.audit.site import RawNote, Site
 from ecoguard.audit.sources import Text, discover, read_source
 from ecoguard.deployment import GpuSpec, ModelSpec
 from ecoguard.errors import UsageError
-from ecoguard.faults import record_fault
-from ecoguard.findings import Finding, Location
+from ecoguard.findings import RULE_IDS, Finding, Location
+from ecoguard.knowledge import resolve_gpu, resolve_model
+from ecoguard.rules import BS1_SUSTAINED_CALLS, evaluate
 
 # Findings whose fix belongs where the quantization config is built, not where it is used.
 _AT_CONFIG = frozenset({"int8-mixed", "fp8-eager"})
@@ -112,8 +114,6 @@ def _audit_text(
     if tree is None:
         return result
     try:
-        from ecoguard.rules import BS1_SUSTAINED_CALLS
-
         extraction = Extractor(
             tree,
             gpu=gpu,
@@ -198,8 +198,6 @@ def _evaluate(site: Site, judged: dict[tuple, list[Finding]]) -> list[Finding]:
 
 
 def _judge(site: Site) -> list[Finding]:
-    from ecoguard.rules import RULE_IDS, evaluate
-
     if site.vram_precision is None:
         findings = evaluate(site.deployment, only=site.only)
     else:
@@ -323,8 +321,6 @@ def _gpu_spec(gpu: str | None) -> GpuSpec:
         return GpuSpec()
     if not isinstance(gpu, str) or not gpu.strip():
         raise UsageError("empty --gpu; give a GPU name such as T4, A100, rtx4090")
-    from ecoguard.knowledge import resolve_gpu
-
     return resolve_gpu(gpu).to_gpu_spec()
 
 
@@ -337,12 +333,7 @@ def _model_spec(text: str) -> ModelSpec | None:
         # Every expert's weights are in memory: the total, never the active count.
         return ModelSpec(id=text.strip(), params_b=total_b) if total_b else None
     try:
-        from ecoguard.knowledge import resolve_model
-
         info = resolve_model(text)
     except UsageError:
-        return None
-    except ImportError as exc:
-        record_fault("audit.resolve_model", exc)
         return None
     return info.to_model_spec(info.id or text)
