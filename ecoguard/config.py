@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ecoguard.errors import UsageError
+from ecoguard.regions import region_key
 
 MODES: tuple[str, ...] = ("warn", "fix", "strict")
 ACTIONS: tuple[str, ...] = ("warn", "fix", "strict", "off")
@@ -203,9 +204,7 @@ class Settings:
             values["metrics_addr"] = v
         if (v := get("REGION")) is not None:
             values["region"] = v.lower()
-            from ecoguard.knowledge import region
-
-            region(v.lower())  # an unknown region names the accepted ones
+            region_key(v.lower())  # an unknown region names the accepted ones
         if (v := get("PRICE_USD_PER_KWH")) is not None:
             values["price_usd_per_kwh"] = _number("ECOGUARD_PRICE_USD_PER_KWH", v, float)
         if (v := get("GRID_GCO2_PER_KWH")) is not None:

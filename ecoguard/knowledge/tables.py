@@ -29,6 +29,7 @@ from ecoguard.knowledge.records import (
     ModelInfo,
     ReferenceRow,
 )
+from ecoguard.regions import region_key, region_table
 
 _ROW_FIELDS = frozenset(ReferenceRow.__dataclass_fields__)
 _local_rows: list[ReferenceRow] = []
@@ -309,9 +310,9 @@ def _local_model(text: str) -> ModelInfo | None:
 
 
 @cache
-def _regions() -> tuple[dict[str, GridInfo], dict[str, str], dict]:
-    data = _load("regions.json")
-    grids, aliases = {}, {}
+def _regions() -> tuple[dict[str, GridInfo], dict]:
+    data = region_table()
+    grids = {}
     for entry in data["regions"]:
         grids[entry["key"]] = GridInfo(
             key=entry["key"],
@@ -321,9 +322,7 @@ def _regions() -> tuple[dict[str, GridInfo], dict[str, str], dict]:
             pue=float(entry["pue"]),
             source=entry["source"],
         )
-        for alias in (entry["key"], *entry.get("aliases", ())):
-            aliases[alias.lower()] = entry["key"]
-    return grids, aliases, data["pue"]
+    return grids, data["pue"]
 
 
 def regions() -> dict[str, GridInfo]:
@@ -332,18 +331,14 @@ def regions() -> dict[str, GridInfo]:
 
 def pue_defaults() -> dict[str, float]:
     """``{"cloud": 1.1, "local": 1.0}``: power usage effectiveness by deployment kind."""
-    pue = _regions()[2]
+    pue = _regions()[1]
     return {"cloud": float(pue["cloud"]), "local": float(pue["local"])}
 
 
 def region(name: str) -> GridInfo:
     """Grid price and intensity for ``us``, ``china``/``cn``, ``eu``, ``uk``, ``fr``, ``de``,
     ``in``, ``jp``, ``ca``. UsageError lists the accepted names."""
-    grids, aliases, _ = _regions()
-    key = aliases.get(str(name).strip().lower())
-    if key is None:
-        raise UsageError(f"unknown region {name!r}; accepted: {', '.join(sorted(grids))}")
-    return grids[key]
+    return _regions()[0][region_key(name)]
 
 
 @cache
