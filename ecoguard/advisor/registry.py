@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ecoguard.advisor import protocols
 from ecoguard.advisor.diagnosis import diagnose_section
@@ -70,6 +70,18 @@ class ProtocolSpec:
     fills_precision: bool
 
 
+# The request fields each protocol takes, by the protocols' own keyword names.
+_COMMON = ("settings", "requests_per_month", "language")
+_SERVED = (*_COMMON, "max_batch", "serving", "concurrency", "hours_per_day")
+_MONEY = ("currency", "cny_per_usd", "price_per_kwh", "price_currency")
+_OBSERVED = ("observed_throughput_tok_s", "observed_power_w", "observed_energy_j_per_1k")
+
+
+def _terms(req: Request, *groups: tuple[str, ...]) -> dict[str, Any]:
+    """The request fields named in ``groups`` as a protocol's keyword arguments."""
+    return {name: getattr(req, name) for names in groups for name in names}
+
+
 def _run_compare(req: Request) -> protocols.AdvisorResult:
     if not req.model_named:
         return protocols.compare_across_models(
@@ -78,57 +90,21 @@ def _run_compare(req: Request) -> protocols.AdvisorResult:
             language=req.language,
             architecture=req.deployment.gpu.architecture,
         )
-    return protocols.compare(
-        req.deployment,
-        settings=req.settings,
-        requests_per_month=req.requests_per_month,
-        language=req.language,
-    )
+    return protocols.compare(req.deployment, **_terms(req, _COMMON))
 
 
 def _run_optimize(req: Request) -> protocols.AdvisorResult:
     if not req.model_named:
         return _run_compare(req)  # "should I use FP8 on Blackwell?": across the measured models
-    return protocols.optimize(
-        req.deployment,
-        use=req.deployment.use,
-        settings=req.settings,
-        requests_per_month=req.requests_per_month,
-        language=req.language,
-        max_batch=req.max_batch,
-        serving=req.serving,
-        concurrency=req.concurrency,
-        hours_per_day=req.hours_per_day,
-    )
+    return protocols.optimize(req.deployment, use=req.deployment.use, **_terms(req, _SERVED))
 
 
 def _run_estimate(req: Request) -> protocols.AdvisorResult:
-    return protocols.estimate(
-        req.deployment,
-        settings=req.settings,
-        requests_per_month=req.requests_per_month,
-        language=req.language,
-        currency=req.currency,
-        cny_per_usd=req.cny_per_usd,
-        price_per_kwh=req.price_per_kwh,
-        price_currency=req.price_currency,
-        max_batch=req.max_batch,
-        serving=req.serving,
-        concurrency=req.concurrency,
-        hours_per_day=req.hours_per_day,
-    )
+    return protocols.estimate(req.deployment, **_terms(req, _SERVED, _MONEY))
 
 
 def _run_diagnose(req: Request) -> protocols.AdvisorResult:
-    return protocols.diagnose(
-        req.deployment,
-        observed_throughput_tok_s=req.observed_throughput_tok_s,
-        observed_power_w=req.observed_power_w,
-        observed_energy_j_per_1k=req.observed_energy_j_per_1k,
-        settings=req.settings,
-        requests_per_month=req.requests_per_month,
-        language=req.language,
-    )
+    return protocols.diagnose(req.deployment, **_terms(req, _OBSERVED, _COMMON))
 
 
 def _run_audit(req: Request) -> protocols.AdvisorResult:
