@@ -2,13 +2,19 @@
 
 Exit codes: 0 nothing at or above ``--severity``; 1 findings (or audit notes) at or above it;
 2 a usage error or a file that could not be audited (the others are still reported).
-Kept light at import: argparse only; the audit itself is imported by the handler.
+The audit is pure Python (no torch, transformers or prometheus_client), and importing this
+module imports the ``ecoguard.audit`` package anyway, so its modules are imported at the top.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from ecoguard.audit import audit_paths
+from ecoguard.audit.render import render_json, render_sarif, render_text, shown
+from ecoguard.errors import UsageError
+from ecoguard.findings import Mood
 
 FORMATS = ("text", "json", "sarif")
 SEVERITIES = ("yellow", "orange", "red")
@@ -59,10 +65,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from ecoguard.audit import audit_paths
-    from ecoguard.audit.render import render_json, render_sarif, render_text, shown
-    from ecoguard.findings import Mood
-
     result = audit_paths(args.paths, gpu=args.gpu, exclude=args.exclude)
     fmt = "json" if args.json else args.format
     if fmt == "json":
@@ -78,8 +80,6 @@ def run_audit(args: argparse.Namespace) -> int:
             with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as handle:
                 handle.write(report)
         except OSError as exc:
-            from ecoguard.errors import UsageError
-
             raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     else:
         sys.stdout.write(report)

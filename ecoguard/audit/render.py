@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ecoguard import __version__
 from ecoguard.audit.result import NOTE_KINDS, AuditNote, AuditResult, FileProblem
 from ecoguard.findings import Finding, Impact, Location, Mood
+from ecoguard.rules import RULES
 
 SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://doi.org/10.5281/zenodo.19647290"
@@ -193,57 +195,80 @@ def to_sarif(result: AuditResult) -> dict[str, Any]:
     """The audit as a SARIF 2.1.0 log: one run, every rule described (guard rules and audit
     notes), one result per finding or note, and files that could not be read as tool
     execution notifications."""
-    from ecoguard import __version__
-    from ecoguard.rules import RULES
-
-    descriptors: list[dict[str, Any]] = []
-    for spec in RULES.values():
-        descriptors.append(
-            {
-                "id": spec.id,
-                "name": _pascal(spec.id),
-                "shortDescription": {"text": spec.title},
-                "fullDescription": {"text": f"{spec.summary}. {spec.why}".strip()},
-                "help": {"text": f"Fix: {spec.fix}", "markdown": f"**Fix:** `{spec.fix}`"},
-                "helpUri": INFORMATION_URI,
-                "properties": {
-                    "tags": ["energy", "performance"],
-                    "changesOutputs": spec.changes_outputs,
-                },
-            }
-        )
-    for kind, title in NOTE_KINDS.items():
-        descriptors.append(
-            {
-                "id": kind,
-                "name": _pascal(kind.split("/", 1)[1]),
-                "shortDescription": {"text": title},
-                "fullDescription": {"text": f"Audit-only note (no runtime rule): {title}."},
-                "help": {"text": title},
-                "properties": {"tags": ["energy", "audit-note"]},
-            }
-        )
+    descriptors = _rule_descriptors() + _note_descriptors()
     index = {d["id"]: i for i, d in enumerate(descriptors)}
-    results: list[dict[str, Any]] = []
-    for finding in result.findings:
-        results.append(
-            _sarif_result(
-                finding.rule,
-                index[finding.rule],
-                finding.mood,
-                finding.message,
-                finding.fix,
-                finding.location,
-                impact=finding.impact,
-            )
+    results = [
+        _sarif_result(
+            finding.rule,
+            index[finding.rule],
+            finding.mood,
+            finding.message,
+            finding.fix,
+            finding.location,
+            impact=finding.impact,
         )
-    for note in result.notes:
-        results.append(
-            _sarif_result(
-                note.kind, index[note.kind], note.mood, note.message, note.fix, note.location
-            )
-        )
-    notifications = [
+        for finding in result.findings
+    ]
+    results.extend(
+        _sarif_result(note.kind, index[note.kind], note.mood, note.message, note.fix, note.location)
+        for note in result.notes
+    )
+    driver = {
+        "name": "ecoguard",
+        "version": __version__,
+        "informationUri": INFORMATION_URI,
+        "rules": descriptors,
+    }
+    invocation = {
+        "executionSuccessful": not result.errors,
+        "toolExecutionNotifications": _notifications(result.problems),
+    }
+    run = {
+        "tool": {"driver": driver},
+        "invocations": [invocation],
+        "columnKind": "unicodeCodePoints",
+        "results": results,
+    }
+    return {"$schema": SARIF_SCHEMA_URI, "version": "2.1.0", "runs": [run]}
+
+
+def _rule_descriptors() -> list[dict[str, Any]]:
+    """A SARIF reportingDescriptor per guard rule, in RULES order."""
+    return [
+        {
+            "id": spec.id,
+            "name": _pascal(spec.id),
+            "shortDescription": {"text": spec.title},
+            "fullDescription": {"text": f"{spec.summary}. {spec.why}".strip()},
+            "help": {"text": f"Fix: {spec.fix}", "markdown": f"**Fix:** `{spec.fix}`"},
+            "helpUri": INFORMATION_URI,
+            "properties": {
+                "tags": ["energy", "performance"],
+                "changesOutputs": spec.changes_outputs,
+            },
+        }
+        for spec in RULES.values()
+    ]
+
+
+def _note_descriptors() -> list[dict[str, Any]]:
+    """A SARIF reportingDescriptor per audit-only note kind."""
+    return [
+        {
+            "id": kind,
+            "name": _pascal(kind.split("/", 1)[1]),
+            "shortDescription": {"text": title},
+            "fullDescription": {"text": f"Audit-only note (no runtime rule): {title}."},
+            "help": {"text": title},
+            "properties": {"tags": ["energy", "audit-note"]},
+        }
+        for kind, title in NOTE_KINDS.items()
+    ]
+
+
+def _notifications(problems: list[FileProblem]) -> list[dict[str, Any]]:
+    """Files that could not be audited, as tool execution notifications."""
+    return [
         {
             "level": "error" if problem.is_error else "note",
             "message": {"text": f"{problem.kind}: {problem.message}"},
@@ -252,32 +277,8 @@ def to_sarif(result: AuditResult) -> dict[str, Any]:
             ],
             "descriptor": {"id": problem.kind},
         }
-        for problem in result.problems
+        for problem in problems
     ]
-    return {
-        "$schema": SARIF_SCHEMA_URI,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "ecoguard",
-                        "version": __version__,
-                        "informationUri": INFORMATION_URI,
-                        "rules": descriptors,
-                    }
-                },
-                "invocations": [
-                    {
-                        "executionSuccessful": not result.errors,
-                        "toolExecutionNotifications": notifications,
-                    }
-                ],
-                "columnKind": "unicodeCodePoints",
-                "results": results,
-            }
-        ],
-    }
 
 
 def render_sarif(result: AuditResult) -> str:
