@@ -119,9 +119,11 @@ class Batcher:
         self.max_wait_ms = float(max_wait_ms)
         self._invoke_fn: Invoker = _invoke or _plain_invoke
         self._lock = threading.Lock()
-        self._drained = threading.Condition(self._lock)
         self._open: dict[tuple, _Group] = {}
         self._inflight = 0  # callers inside the coalescing path, for close() to drain
+        # Notified whenever _inflight changes: close() waits on it for zero (and a test can wait
+        # for callers to arrive without polling).
+        self._inflight_changed = threading.Condition(self._lock)
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
 
@@ -174,7 +176,7 @@ class Batcher:
             for group in list(self._open.values()):
                 self._seal(group)
             while self._inflight:
-                self._drained.wait()
+                self._inflight_changed.wait()
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
@@ -214,6 +216,7 @@ class Batcher:
                 group = None
             else:
                 self._inflight += 1
+                self._inflight_changed.notify_all()
                 group = self._join_or_lead(pending)
         if group is None:
             stats.note_alone("closed")
@@ -230,8 +233,7 @@ class Batcher:
         finally:
             with self._lock:
                 self._inflight -= 1
-                if not self._inflight:
-                    self._drained.notify_all()
+                self._inflight_changed.notify_all()
 
     def _join_or_lead(self, pending: _Pending) -> _Group:
         """Under the lock: join the open group for this key, or open one and wait as its leader.

@@ -107,9 +107,52 @@ class Prepared:
 
 
 def prepare(model: Any, args: tuple, kwargs: dict[str, Any]) -> Prepared | str:
-    """Normalise one ``generate(*args, **kwargs)`` call, or say why it must run alone."""
-    import torch
+    """Normalise one ``generate(*args, **kwargs)`` call, or say why it must run alone.
 
+    The checks run in a fixed order (the model, the arguments, the inputs, the generation
+    config, the tokens, the mask, the key) and the first that fails names the reason."""
+    refusal = _call_refusal(model, args, kwargs)
+    if refusal is not None:
+        return refusal
+    input_ids = _input_ids(args, kwargs)
+    if input_ids is None:
+        return "inputs"
+    gen_config = getattr(model, "generation_config", None)
+    refusal = _config_refusal(gen_config)
+    if refusal is not None:
+        return refusal
+    tokens = _special_tokens(kwargs, gen_config)
+    if isinstance(tokens, str):
+        return tokens
+    pad_token_id, eos_token_ids = tokens
+    mask = _left_padded_mask(kwargs.get("attention_mask"), input_ids, pad_token_id, eos_token_ids)
+    if mask is None:
+        return "attention-mask"
+    num_return_sequences = _effective(kwargs, gen_config, "num_return_sequences") or 1
+    if not isinstance(num_return_sequences, int) or num_return_sequences < 1:
+        return "num-return-sequences"
+    keyed = {k: v for k, v in kwargs.items() if k in KEYED_KWARGS}
+    try:
+        key_items = tuple(sorted((k, _hashable(v)) for k, v in keyed.items()))
+        hash(key_items)
+    except TypeError:
+        return "unhashable-kwarg"
+    return Prepared(
+        input_ids=input_ids,
+        attention_mask=mask,
+        kwargs=keyed,
+        key=(str(input_ids.device), input_ids.dtype, str(mask.dtype), key_items),
+        rows=int(input_ids.shape[0]) * num_return_sequences,
+        prompt_len=int(input_ids.shape[1]),
+        pad_token_id=pad_token_id,
+        eos_token_ids=eos_token_ids,
+        num_return_sequences=num_return_sequences,
+        return_dict=bool(_effective(kwargs, gen_config, "return_dict_in_generate")),
+    )
+
+
+def _call_refusal(model: Any, args: tuple, kwargs: dict[str, Any]) -> str | None:
+    """Why the model or the shape of the call rules batching out; None when neither does."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "is_encoder_decoder", False):
         return "encoder-decoder"
@@ -120,77 +163,74 @@ def prepare(model: Any, args: tuple, kwargs: dict[str, Any]) -> Prepared | str:
     unknown = set(kwargs) - KEYED_KWARGS - INPUT_KWARGS
     if unknown:
         return "kwarg:" + sorted(unknown)[0]
+    return None
+
+
+def _input_ids(args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The call's one prompt tensor (2-D, integer, not empty), or None."""
+    import torch
 
     inputs = [x for x in (*args, kwargs.get("inputs"), kwargs.get("input_ids")) if x is not None]
     if len(inputs) != 1:
-        return "inputs"
+        return None
     input_ids = inputs[0]
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        return "inputs"
+        return None
     if input_ids.dtype not in (torch.long, torch.int) or input_ids.numel() == 0:
-        return "inputs"
+        return None
+    return input_ids
 
-    gen_config = getattr(model, "generation_config", None)
+
+def _config_refusal(gen_config: Any) -> str | None:
+    """The first generation-config attribute that is not at a neutral value, as a reason."""
     for attr, neutral in NEUTRAL_CONFIG.items():
         if getattr(gen_config, attr, None) not in neutral:
             return "config:" + attr
+    return None
 
-    def effective(name: str) -> Any:
-        value = kwargs.get(name)
-        return getattr(gen_config, name, None) if value is None else value
 
+def _effective(kwargs: dict[str, Any], gen_config: Any, name: str) -> Any:
+    """The call's value for ``name``, else the model's generation config's."""
+    value = kwargs.get(name)
+    return getattr(gen_config, name, None) if value is None else value
+
+
+def _special_tokens(kwargs: dict[str, Any], gen_config: Any) -> tuple[int, tuple[int, ...]] | str:
+    """(pad token id, EOS token ids) for a call that may batch, or the reason it may not."""
     # Without max_new_tokens, generate stops at max_length, which counts the prompt: a wider,
     # padded batch would stop earlier than the caller alone. Only a max_new_tokens is safe.
-    max_new_tokens = effective("max_new_tokens")
+    max_new_tokens = _effective(kwargs, gen_config, "max_new_tokens")
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
         return "max-new-tokens"
-    if effective("num_beams") not in (None, 1):
+    if _effective(kwargs, gen_config, "num_beams") not in (None, 1):
         return "beam-search"
-
-    pad_token_id = _single_int(effective("pad_token_id"))
+    pad_token_id = _single_int(_effective(kwargs, gen_config, "pad_token_id"))
     if pad_token_id is None:
         return "no-pad-token"
-    eos_raw = effective("eos_token_id")
-    eos_token_ids = _int_tuple(eos_raw)
+    eos_token_ids = _int_tuple(_effective(kwargs, gen_config, "eos_token_id"))
     if eos_token_ids is None:
         return "eos-token"
+    return pad_token_id, eos_token_ids
 
-    mask = kwargs.get("attention_mask")
+
+def _left_padded_mask(
+    mask: Any, input_ids: Any, pad_token_id: int, eos_token_ids: tuple[int, ...]
+) -> Any:
+    """The call's attention mask on the inputs' device (inferred as transformers would when
+    absent), or None when it is not a left-padding mask of the inputs' shape."""
+    import torch
+
     if mask is None:
-        mask = _default_mask(input_ids, pad_token_id, eos_token_ids)
-    elif not isinstance(mask, torch.Tensor) or mask.shape != input_ids.shape:
-        return "attention-mask"
-    else:
-        mask = mask.to(input_ids.device)
-        # Only left padding (zeros, then ones) is known to give the same positions in a batch.
-        if bool(((mask != 0) & (mask != 1)).any()) or not bool(
-            torch.equal(mask.long(), mask.long().cummax(dim=1).values)
-        ):
-            return "attention-mask"
-
-    num_return_sequences = effective("num_return_sequences") or 1
-    if not isinstance(num_return_sequences, int) or num_return_sequences < 1:
-        return "num-return-sequences"
-
-    keyed = {k: v for k, v in kwargs.items() if k in KEYED_KWARGS}
-    try:
-        key_items = tuple(sorted((k, _hashable(v)) for k, v in keyed.items()))
-        hash(key_items)
-    except TypeError:
-        return "unhashable-kwarg"
-    key = (str(input_ids.device), input_ids.dtype, str(mask.dtype), key_items)
-    return Prepared(
-        input_ids=input_ids,
-        attention_mask=mask,
-        kwargs=keyed,
-        key=key,
-        rows=int(input_ids.shape[0]) * num_return_sequences,
-        prompt_len=int(input_ids.shape[1]),
-        pad_token_id=pad_token_id,
-        eos_token_ids=eos_token_ids,
-        num_return_sequences=num_return_sequences,
-        return_dict=bool(effective("return_dict_in_generate")),
-    )
+        return _default_mask(input_ids, pad_token_id, eos_token_ids)
+    if not isinstance(mask, torch.Tensor) or mask.shape != input_ids.shape:
+        return None
+    mask = mask.to(input_ids.device)
+    # Only left padding (zeros, then ones) is known to give the same positions in a batch.
+    if bool(((mask != 0) & (mask != 1)).any()) or not bool(
+        torch.equal(mask.long(), mask.long().cummax(dim=1).values)
+    ):
+        return None
+    return mask
 
 
 @lru_cache(maxsize=64)

@@ -212,10 +212,9 @@ def test_close_drains_pending_callers(llama_model):
     ]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 20
-    while batcher._inflight < 3:  # all three have joined the open group
-        assert time.monotonic() < deadline, "callers never reached the batcher"
-        time.sleep(0.002)
+    with batcher._lock:  # wait (no polling) until all three have joined the open group
+        arrived = batcher._inflight_changed.wait_for(lambda: batcher._inflight >= 3, timeout=20)
+    assert arrived, "callers never reached the batcher"
     start = time.monotonic()
     batcher.close()
     assert time.monotonic() - start < 20
