@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 from ecoguard.advisor.protocols.base import (
     AdvisorResult,
-    cite,
+    cited_result,
 )
 from ecoguard.advisor.texts import Text
+from ecoguard.audit import audit_paths, audit_source
 from ecoguard.findings import Finding, Mood, weakest_tier
 
 
@@ -21,21 +22,6 @@ def audit(
 ) -> AdvisorResult:
     """The code audit (``ecoguard.audit``): files by path, or code pasted into a question
     (``code``: audited as text with ``audit_source``, never run). Nothing to audit is gray."""
-    try:
-        from ecoguard.audit import audit_paths, audit_source
-    except ImportError:
-        return AdvisorResult(
-            protocol="audit",
-            mood=Mood.GRAY,
-            language=language,
-            notes=(
-                Text(
-                    "The code audit is not available in this build; nothing was scanned.",
-                    "当前版本没有代码审计功能，未扫描任何文件。",
-                ).get(language),
-            ),
-            extra={"paths": list(paths), "available": False},
-        )
     if code:
         report = audit_source(code, "<question>", gpu=gpu, time_limit_s=2.0)
     elif paths:
@@ -58,34 +44,29 @@ def audit(
     notes: list[str] = []
     unparsed = bool(report.problems) and not findings
     if unparsed:
+        why = [p.message for p in report.problems[:2]]
         notes.append(
             Text(
-                "The code did not parse as Python, so nothing in it was judged: "
-                + "; ".join(getattr(p, "message", str(p)) for p in report.problems[:2]),
-                "这段代码无法按 Python 解析，因此没有做任何判断："
-                + "；".join(getattr(p, "message", str(p)) for p in report.problems[:2]),
+                "The code did not parse as Python, so nothing in it was judged: " + "; ".join(why),
+                "这段代码无法按 Python 解析，因此没有做任何判断：" + "；".join(why),
             ).get(language)
         )
     if findings:
         mood = Mood.worst(f.mood for f in findings)
     else:
         mood = Mood.GRAY if unparsed else Mood.GREEN
-    evidence = [row for f in findings for row in f.evidence]
-    sources, _tiers = cite(evidence)
-    payload = report.to_dict() if hasattr(report, "to_dict") else None
-    return AdvisorResult(
+    return cited_result(
+        [row for f in findings for row in f.evidence],
         protocol="audit",
         mood=mood,
         language=language,
         findings=tuple(findings),
         tier=weakest_tier(f.impact.tier for f in findings if f.impact) if findings else "none",
-        sources=sources,
-        evidence=tuple(dict.fromkeys(evidence)),
         notes=tuple(notes),
         extra={
             "paths": list(paths) if not code else [],
             "code_lines": len(code.splitlines()) if code else 0,
             "available": True,
-            "audit": payload,
+            "audit": report.to_dict(),
         },
     )
