@@ -8,9 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ecoguard.advisor.estimates import (
-    knowledge_module,
-)
+import ecoguard.knowledge as knowledge
 from ecoguard.advisor.serving import BatchingAdvice
 from ecoguard.advisor.texts import Text
 from ecoguard.deployment import Deployment, QuantSpec
@@ -145,7 +143,7 @@ def with_precision(
 
 def row_lookup() -> dict[str, Any]:
     try:
-        return {row.id: row for row in knowledge_module().reference_rows()}
+        return {row.id: row for row in knowledge.reference_rows()}
     except Exception as exc:
         record_fault("advisor.rows", exc)
         return {}
@@ -195,7 +193,7 @@ def equivalents(
     if not energy_kwh or co2_kg is None:
         return ()
     try:
-        items = knowledge_module().equivalents(energy_kwh, co2_kg)
+        items = knowledge.equivalents(energy_kwh, co2_kg)
     except Exception as exc:
         record_fault("advisor.equivalents", exc)
         return ()
