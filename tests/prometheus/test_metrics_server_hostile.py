@@ -19,6 +19,7 @@ pytest.importorskip("prometheus_client")
 from prometheus_client import CollectorRegistry, Counter
 
 from ecoguard.export import prometheus as prom
+from ecoguard.export.prometheus.server import _MetricsHTTPServer
 
 SCRAPES = 200
 DEADLINE_S = 60.0  # generous: a failure is a missing answer, not a slow one
@@ -33,7 +34,7 @@ def _registry() -> CollectorRegistry:
 @pytest.fixture
 def idle_server():
     """A bound, listening server whose accept loop has not started yet (start() starts it)."""
-    httpd = prom._MetricsHTTPServer(("127.0.0.1", 0), _registry())
+    httpd = _MetricsHTTPServer(("127.0.0.1", 0), _registry())
     holder: dict[str, prom.MetricsServer] = {}
 
     def start() -> prom.MetricsServer:

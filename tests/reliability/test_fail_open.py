@@ -78,7 +78,8 @@ def _stage_targets() -> dict[str, Callable[[pytest.MonkeyPatch, Sabotage], None]
     """Stage name -> how to break it (with a MonkeyPatch that undoes it afterwards)."""
     from ecoguard.energy import meter as meter_mod
     from ecoguard.export import ledger as ledger_mod
-    from ecoguard.export import prometheus
+    from ecoguard.export.prometheus import aggregates as prom_aggregates
+    from ecoguard.export.prometheus import facts as prom_facts
     from ecoguard.guard import extract, policy, wrappers
     from ecoguard.knowledge import estimator
 
@@ -165,8 +166,8 @@ def _stage_targets() -> dict[str, Callable[[pytest.MonkeyPatch, Sabotage], None]
         "ledger.submit": ledger_queue_fault,
         "ledger.write": attr(ledger_mod, "record_row"),
         # The aggregates subscribed bound methods at start: break what those methods call.
-        "exporter.observe_record": attr(prometheus, "_number"),
-        "exporter.observe_finding": attr(prometheus, "_finding_key"),
+        "exporter.observe_record": attr(prom_facts, "finite_number"),
+        "exporter.observe_finding": attr(prom_aggregates, "finding_key"),
         "subscriber.records": subscriber(events.records),
         "subscriber.findings": subscriber(events.findings),
         "logging.filter": logging_filter,

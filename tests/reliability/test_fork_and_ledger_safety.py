@@ -684,7 +684,7 @@ _LOCKED_AT_FORK_SCRIPT = textwrap.dedent(
     import os, signal, socket, threading, time, urllib.request
     import ecoguard
     from ecoguard.energy import CallInfo, get_meter
-    from ecoguard.export import prometheus
+    from ecoguard.export.prometheus import server as prometheus
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]

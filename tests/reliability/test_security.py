@@ -182,7 +182,7 @@ def test_idle_connections_do_not_block_scrapes(shared_server):
 
 def test_idle_connections_are_closed_after_the_read_timeout(shared_server, monkeypatch):
     """A connection that never sends a request is dropped, freeing its thread."""
-    from ecoguard.export import prometheus as prom
+    from ecoguard.export.prometheus import server as prom
 
     monkeypatch.setattr(prom._MetricsHandler, "timeout", 0.3)
     with socket.create_connection(("127.0.0.1", shared_server.port), timeout=5) as sock:
