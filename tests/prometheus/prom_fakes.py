@@ -99,3 +99,40 @@ class FakeMeter:
             "last_sample_monotonic": self.last_sample_monotonic,
             "faults": 0,
         }
+
+
+def parity_records() -> list[FakeRecord]:
+    """Records that feed every family a generate call can feed, for comparing the in-process
+    and the multi-worker paths: a plain call, a coalesced one (batching savings), one with no
+    cost or CO2 figures, a model folded under "other" (with ``max_models=2``) and figures that
+    must be skipped (NaN, infinite, negative)."""
+    return [
+        FakeRecord(
+            energy_j=12.0,
+            tokens=40,
+            requests=4,
+            batch_size=4,
+            cost_usd=0.001,
+            co2_g=2.0,
+            reference_j_per_token=0.3,
+            reference_tier="measured",
+        ),
+        FakeRecord(energy_j=10.0, tokens=8, requests=1, batch_size=8, cost_usd=0.002, co2_g=1.0),
+        FakeRecord(energy_j=3.0, tokens=10, model_name="second", precision="nf4"),
+        FakeRecord(energy_j=1.0, tokens=2, model_name="third", reference_j_per_token=0.5),
+        FakeRecord(
+            energy_j=float("nan"),
+            tokens=-5,
+            cost_usd=float("inf"),
+            co2_g=-1.0,
+            reference_j_per_token=float("nan"),
+        ),
+    ]
+
+
+def parity_findings() -> list[object]:
+    return [
+        FakeFindingEvent(FakeFinding("int8-mixed", "orange"), action="fix"),
+        FakeFindingEvent(FakeFinding("int8-mixed", "orange"), action="fix"),
+        (FakeFinding("batch-size-one", "yellow"), "warn", "generate"),
+    ]
