@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ecoguard import knowledge
 from ecoguard.config import Settings
 from ecoguard.deployment import (
     FP8_PRECISIONS,
@@ -20,15 +21,9 @@ from ecoguard.deployment import (
 )
 from ecoguard.faults import record_fault
 from ecoguard.findings import Finding, Mood
+from ecoguard.knowledge.memory import MemoryNeed, lookup_model, memory_need, usable_vram_gb
 from ecoguard.rules.impact import estimate_or_none, impact_between
-
-# ``batch-size-one`` needs this many consecutive batch-size-1 generate calls on one model before
-# it calls it a serving pattern: one call (a smoke test, a notebook cell) is not a trap.
-BS1_SUSTAINED_CALLS = 8
-
-# The bound the EcoCompute publication states for "small" models when no GPU architecture is
-# known: below ~3B parameters, 4-bit/8-bit quantization costs more energy than FP16.
-PUBLISHED_SMALL_MODEL_BOUND_B = 3.0
+from ecoguard.rules.table import BS1_SUSTAINED_CALLS, PUBLISHED_SMALL_MODEL_BOUND_B, ROWS
 
 # ``reference-deviation``: live J/token this many times the reference (or below its inverse).
 DEVIATION_RATIO = 1.5
@@ -80,9 +75,7 @@ def small_model_threshold(architecture: str | None, precision: str | None) -> Sm
     reported crossover; else the published ~3B bound."""
     if architecture:
         try:
-            from ecoguard.knowledge import crossover
-
-            found = crossover(architecture, precision or "nf4")
+            found = knowledge.crossover(architecture, precision or "nf4")
         except Exception as exc:  # tables missing, or an architecture they do not cover
             record_fault("rules.crossover", exc)
             found = None
@@ -163,10 +156,8 @@ def check_int8_mixed(deployment: Deployment, ctx: RuleContext) -> Finding | None
     )
     impact, rows = impact_between(deployment, fixed, ctx.settings)
     threshold = 6.0 if quant.int8_threshold is None else quant.int8_threshold
-    return Finding(
-        rule="int8-mixed",
+    return ROWS["int8-mixed"].finding(
         mood=Mood.ORANGE,
-        title="INT8 mixed-precision trap",
         message=(
             f"bitsandbytes 8-bit with llm_int8_threshold={threshold:g} splits every matmul into an "
             "fp16 outlier part and an int8 part, so it burns more energy per token than plain FP16."
@@ -175,7 +166,6 @@ def check_int8_mixed(deployment: Deployment, ctx: RuleContext) -> Finding | None
         fix_summary="set llm_int8_threshold=0.0 (pure INT8 matmuls)",
         impact=impact,
         evidence=rows,
-        changes_outputs=True,
         details=(("int8_threshold", threshold),),
     )
 
@@ -196,10 +186,8 @@ def check_small_model_quant(deployment: Deployment, ctx: RuleContext) -> Finding
         if dtype
         else "the default dtype (fp32 on CPU; use torch.float16/bfloat16 on a GPU)"
     )
-    return Finding(
-        rule="small-model-quant",
+    return ROWS["small-model-quant"].finding(
         mood=Mood.ORANGE,
-        title="Small-model quantization penalty",
         message=_small_model_message(deployment, threshold),
         fix=(
             "AutoModelForCausalLM.from_pretrained(model_id, "
@@ -212,7 +200,6 @@ def check_small_model_quant(deployment: Deployment, ctx: RuleContext) -> Finding
         fix_summary=f"drop quantization and load in {dtype_note}",
         impact=impact,
         evidence=rows,
-        changes_outputs=True,
         details=(
             ("threshold_b", round(threshold.size_b, 2)),
             ("threshold_basis", threshold.basis),
@@ -271,10 +258,8 @@ def check_fp8_eager(deployment: Deployment, ctx: RuleContext) -> Finding | None:
     fixed = _unquantized(deployment)
     impact, rows = impact_between(deployment, fixed, ctx.settings)
     dtype = unquantized_dtype(deployment) or "bf16"
-    return Finding(
-        rule="fp8-eager",
+    return ROWS["fp8-eager"].finding(
         mood=Mood.RED,
-        title="FP8 eager-mode penalty",
         message=(
             "torchao float8 weights run through eager dequantization without torch.compile, "
             "which multiplies the energy per token instead of saving it."
@@ -286,7 +271,6 @@ def check_fp8_eager(deployment: Deployment, ctx: RuleContext) -> Finding | None:
         fix_summary=f"load in {dtype} without TorchAoConfig (or torch.compile the FP8 model)",
         impact=impact,
         evidence=rows,
-        changes_outputs=True,
     )
 
 
@@ -307,10 +291,8 @@ def check_nightly_build(deployment: Deployment, ctx: RuleContext) -> Finding | N
     if not found:
         return None
     listed = ", ".join(f"{name} {version}" for name, version in found.items())
-    return Finding(
-        rule="nightly-build",
+    return ROWS["nightly-build"].finding(
         mood=Mood.GRAY,
-        title="Nightly/dev build",
         message=(
             f"{listed} is a development build, which may lack the compiled kernels the "
             "reference figures were measured with, so its energy use is unverified."
@@ -318,7 +300,6 @@ def check_nightly_build(deployment: Deployment, ctx: RuleContext) -> Finding | N
         fix=f"pip install --upgrade {' '.join(found)}  # a stable release from PyPI",
         fix_summary="install a stable release",
         impact=None,
-        changes_outputs=False,
         details=tuple(found.items()),
     )
 
@@ -333,10 +314,8 @@ def check_batch_size_one(deployment: Deployment, ctx: RuleContext) -> Finding | 
     target = max(2, ctx.settings.max_batch_size)
     fixed = deployment.with_(batch_size=target, consecutive_bs1_calls=0)
     impact, rows = impact_between(deployment, fixed, ctx.settings)
-    return Finding(
-        rule="batch-size-one",
+    return ROWS["batch-size-one"].finding(
         mood=Mood.YELLOW,
-        title="Batch-size-one serving",
         message=(
             f"{deployment.consecutive_bs1_calls} consecutive generate calls ran one request "
             "each, so every token pays for a full pass over the weights that a batch would share."
@@ -356,7 +335,6 @@ def check_batch_size_one(deployment: Deployment, ctx: RuleContext) -> Finding | 
         ),
         impact=impact,
         evidence=rows,
-        changes_outputs=False,
         details=(("consecutive_bs1_calls", deployment.consecutive_bs1_calls),),
     )
 
@@ -375,10 +353,8 @@ def check_bf16_unsupported(deployment: Deployment, ctx: RuleContext) -> Finding 
     )
     impact, rows = impact_between(deployment, fixed, ctx.settings)
     where = gpu.name or gpu.profile or gpu.architecture
-    return Finding(
-        rule="bf16-unsupported",
+    return ROWS["bf16-unsupported"].finding(
         mood=Mood.ORANGE,
-        title="bf16 on a pre-Ampere GPU",
         message=(
             f"{where} has no bf16 tensor cores, so bf16 matmuls fall back to slow paths and "
             "waste energy that fp16 would not."
@@ -387,15 +363,12 @@ def check_bf16_unsupported(deployment: Deployment, ctx: RuleContext) -> Finding 
         fix_summary="use fp16 instead of bf16",
         impact=impact,
         evidence=rows,
-        changes_outputs=True,
     )
 
 
-def _memory_need(deployment: Deployment):
+def _memory_need(deployment: Deployment) -> MemoryNeed | None:
     """The estimator's VRAM need for ``deployment`` (``ecoguard.knowledge.memory``), with the
     model's shape from the registry when the deployment lacks it, as the estimator does."""
-    from ecoguard.knowledge.memory import lookup_model, memory_need
-
     try:
         model_info = lookup_model(deployment)
     except Exception as exc:  # registry tables missing: judge on the deployment's own facts
@@ -424,8 +397,6 @@ def check_vram_overflow(deployment: Deployment, ctx: RuleContext) -> Finding | N
     need = _memory_need(deployment)
     if need is None:
         return None
-    from ecoguard.knowledge.memory import usable_vram_gb
-
     usable_gb = usable_vram_gb(gpu.vram_gb, gpu.count)
     if need.total_gb <= usable_gb:
         return None
@@ -439,10 +410,8 @@ def check_vram_overflow(deployment: Deployment, ctx: RuleContext) -> Finding | N
         else " (KV cache not counted: model shape unknown)"
     )
     gpus = f"{gpu.count} x {gpu.vram_gb:g} GB" if gpu.count > 1 else f"{gpu.vram_gb:g} GB"
-    return Finding(
-        rule="vram-overflow",
+    return ROWS["vram-overflow"].finding(
         mood=Mood.RED,
-        title="VRAM overflow",
         message=(
             f"{_name(deployment)} needs ~{need.total_gb:.2f} GB of VRAM (~{need.weights_gb:.2f} GB "
             f"of {need.precision} weights{kv_text} + ~{need.overhead_gb:.2f} GB runtime overhead) "
@@ -463,7 +432,6 @@ def check_vram_overflow(deployment: Deployment, ctx: RuleContext) -> Finding | N
             else "shrink batch or context, or spread the model over more GPU memory"
         ),
         impact=None,
-        changes_outputs=False,
         # Rounded as the estimator's JSON (Estimate.to_dict) rounds vram_gb: 3 decimals.
         details=(
             ("vram_need_gb", round(need.total_gb, 3)),
@@ -511,16 +479,13 @@ def check_reference_deviation(deployment: Deployment, ctx: RuleContext) -> Findi
             f"{reference.tier} reference of {reference_j:.3g} J/token{span}, which suggests the "
             "configuration differs from what ecoguard was told."
         )
-    return Finding(
-        rule="reference-deviation",
+    return ROWS["reference-deviation"].finding(
         mood=mood,
-        title="Energy far from the reference",
         message=message,
         fix="nvidia-smi -q -d PERFORMANCE,POWER  # look for throttling, power caps, other jobs",
         fix_summary="check clocks, power caps and GPU contention",
         impact=None,
         evidence=tuple(reference.rows),
-        changes_outputs=False,
         details=(
             ("measured_j_per_token", measured),
             ("reference_j_per_token", reference_j),

@@ -16,6 +16,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.faults import record_fault
 from ecoguard.findings import Impact, weakest_tier
+from ecoguard.knowledge import estimator as knowledge_estimator
 
 
 def weaker_tier(first: str, second: str) -> str:
@@ -24,15 +25,11 @@ def weaker_tier(first: str, second: str) -> str:
 
 
 def _default_estimator() -> Callable[..., Any] | None:
-    try:
-        from ecoguard.knowledge.estimator import estimate
-    except ImportError:
-        return None
-    return estimate
+    return knowledge_estimator.estimate  # read per call: a patched estimator is seen
 
 
-# Tests replace this seam with a fake; production resolves the knowledge estimator lazily so
-# ``import ecoguard.rules`` stays cheap and works before the knowledge tables exist.
+# The estimator the rules ask, through a seam: tests put a fake here (or one that returns None,
+# for "no estimator"). The knowledge tables load on the first estimate, not on import.
 estimator_provider: Callable[[], Callable[..., Any] | None] = _default_estimator
 
 

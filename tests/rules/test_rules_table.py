@@ -381,7 +381,7 @@ def test_a_raising_rule_is_a_fault_not_an_error(monkeypatch):
         raise RuntimeError("broken rule")
 
     table = dict(RULES)
-    table["int8-mixed"] = RuleSpec("int8-mixed", "t", "s", boom, True)
+    table["int8-mixed"] = RuleSpec("int8-mixed", "t", "s", True, check=boom)
     monkeypatch.setattr("ecoguard.rules.RULES", table)
     found = evaluate(dep(precision="int8_mixed", software=SoftwareVersions(torch="2.6.0.dev1")))
     assert [f.rule for f in found] == ["nightly-build"]
