@@ -84,7 +84,7 @@ def build_server(*, settings: Settings | None = None, log_level: str = "WARNING"
     )
     for spec in TOOLS:
         server.add_tool(
-            tool_entry(spec, settings, gate),
+            _tool_entry(spec, settings, gate),
             name=spec.name,
             description=spec.description,
             annotations=READ_ONLY,
@@ -101,7 +101,7 @@ def build_server(*, settings: Settings | None = None, log_level: str = "WARNING"
     return server
 
 
-def tool_entry(
+def _tool_entry(
     spec: ToolSpec, settings: Settings, gate: CallGate
 ) -> Callable[..., Awaitable[dict[str, Any]]]:
     """The coroutine function the SDK registers for ``spec``: its signature is the spec's
