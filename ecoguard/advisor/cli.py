@@ -116,40 +116,21 @@ def _advise(args: argparse.Namespace) -> int:
     return _emit(advise(" ".join(args.text)), args)
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env()
-    if args.region:
-        from ecoguard.knowledge import region  # lazy: --help imports this module
-
-        # unknown region -> UsageError naming the accepted ones; aliases ("cn") -> the key
-        settings = settings.with_(region=region(args.region).key)
-    return settings
+# The diagnose flags -> the DeploymentArguments fields they fill.
+_OBSERVED_FLAGS = {
+    "throughput": "observed_throughput_tok_s",
+    "power": "observed_power_w",
+    "energy_per_1k": "observed_energy_j_per_1k",
+}
 
 
 def _answer_for(args: argparse.Namespace, protocol: str) -> Any:
-    from ecoguard.advisor.answers import answer_for_flags  # lazy: --help imports this module
+    from ecoguard.advisor.flags import DeploymentArguments  # lazy: --help imports this module
 
-    observed = None
-    if protocol == "diagnose":
-        observed = {
-            "throughput_tok_s": args.throughput,
-            "power_w": args.power,
-            "energy_j_per_1k": args.energy_per_1k,
-        }
-    return answer_for_flags(
-        protocol,
-        model=args.model,
-        gpu=args.gpu,
-        precision=args.precision,
-        batch_size=args.batch_size,
-        prompt_tokens=args.prompt_tokens,
-        generation_tokens=args.generation_tokens,
-        requests_per_month=args.requests_per_month,
-        use=getattr(args, "use", None),
-        language=args.language,
-        settings=_settings(args),
-        observed=observed,
-    )
+    observed = {field: getattr(args, flag, None) for flag, field in _OBSERVED_FLAGS.items()}
+    # An empty --region keeps the configured region.
+    facts = DeploymentArguments.from_namespace(args, region=args.region or None, **observed)
+    return facts.answer(protocol, Settings.from_env())
 
 
 def _optimize(args: argparse.Namespace) -> int:
