@@ -63,31 +63,31 @@ def accelerator_gaps(vendor: Vendor | None, lower: str) -> list[OutOfData]:
     return out
 
 
+def _past_edge(topic: str, value: int, edge: int, detail: Text) -> list[OutOfData]:
+    return [OutOfData(topic, detail)] if value > edge else []
+
+
 def batch_gap(largest: int) -> list[OutOfData]:
     """The largest batch size named, when it is past the reference rows."""
-    if largest <= REFERENCE_MAX_BATCH:
-        return []
-    return [
-        OutOfData(
-            "batch-size",
-            Text(
-                f"batch size {largest}: reference rows stop at {REFERENCE_MAX_BATCH}",
-                f"批大小 {largest}：参考数据最大只到 {REFERENCE_MAX_BATCH}",
-            ),
-        )
-    ]
+    return _past_edge(
+        "batch-size",
+        largest,
+        REFERENCE_MAX_BATCH,
+        Text(
+            f"batch size {largest}: reference rows stop at {REFERENCE_MAX_BATCH}",
+            f"批大小 {largest}：参考数据最大只到 {REFERENCE_MAX_BATCH}",
+        ),
+    )
 
 
 def sequence_gap(longest: int) -> list[OutOfData]:
     """The longest sequence named (context, or prompt plus output), when past the rows."""
-    if longest <= REFERENCE_MAX_SEQUENCE:
-        return []
-    return [
-        OutOfData(
-            "sequence-length",
-            Text(
-                f"sequence of {longest:,} tokens: reference rows stop at {REFERENCE_MAX_SEQUENCE:,}",
-                f"序列长度 {longest:,} 个 token：参考数据最长只到 {REFERENCE_MAX_SEQUENCE:,}",
-            ),
-        )
-    ]
+    return _past_edge(
+        "sequence-length",
+        longest,
+        REFERENCE_MAX_SEQUENCE,
+        Text(
+            f"sequence of {longest:,} tokens: reference rows stop at {REFERENCE_MAX_SEQUENCE:,}",
+            f"序列长度 {longest:,} 个 token：参考数据最长只到 {REFERENCE_MAX_SEQUENCE:,}",
+        ),
+    )

@@ -39,7 +39,11 @@ def hours_per_day(masked: str, lower: str) -> float | None:
 # ---------------------------------------------------------------------------------------------
 # The use, from the whole question
 
-USES: tuple[tuple[str, re.Pattern[str]], ...] = (
+# A production service: serving, whatever else the question says.
+_PRODUCTION_WORDS = r"\bproduction\b|\bprod\b|生产|线上|上线"
+_PRODUCTION = re.compile(_PRODUCTION_WORDS, re.I)
+# The first use whose words the question holds (only whether they occur matters).
+USE_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "batch",
         re.compile(
@@ -48,20 +52,16 @@ USES: tuple[tuple[str, re.Pattern[str]], ...] = (
             re.I,
         ),
     ),
-    (
-        "chat",
-        re.compile(r"chatbot|\bchat|assistant|interactive|聊天|对话|客服|助手", re.I),
-    ),
+    ("chat", re.compile(r"chatbot|\bchat|assistant|interactive|聊天|对话|客服|助手", re.I)),
     (
         "api",
         re.compile(
-            r"\bapi\b|endpoint|web service|\bserv(?:e|es|ing|er|ice)\b|\bproduction\b|\bprod\b|"
-            r"backend|saas|接口|在线服务|服务|生产|线上|上线",
+            r"\bapi\b|endpoint|web service|\bserv(?:e|es|ing|er|ice)\b|backend|saas|接口|在线服务|"
+            rf"服务|{_PRODUCTION_WORDS}",
             re.I,
         ),
     ),
 )
-_PRODUCTION = re.compile(r"\bproduction\b|\bprod\b|生产|线上|上线", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ def infer_use(
 ) -> UseFact:
     """Read the use from words (batch job, chat, API, production), concurrency, user counts and
     request volumes. A chat with several users at once is still chat, but served."""
-    stated = next((use for use, rx in USES if rx.search(lower)), None)
+    stated = next((use for use, rx in USE_WORDS if rx.search(lower)), None)
     many = concurrency is not None and concurrency > 1
     volume = requests_per_month is not None or users_counted
     production = bool(_PRODUCTION.search(lower))
