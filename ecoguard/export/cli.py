@@ -1,9 +1,20 @@
-"""``ecoguard report``: argument definitions only (the work is imported inside the handler)."""
+"""``ecoguard report``: the subcommand's arguments and its handler.
+
+Its imports are light (the report reads the SQLite ledger with the standard library), so the
+CLI can import this module to build its parser without slowing down other subcommands.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import sys
 from typing import Any
+
+from ecoguard.config import Settings
+from ecoguard.errors import UsageError
+from ecoguard.export.report import build_report, parse_since, render_text
 
 
 def register(subparsers: Any) -> None:
@@ -27,14 +38,6 @@ def register(subparsers: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    import json
-    import shutil
-    import sys
-
-    from ecoguard.config import Settings
-    from ecoguard.errors import UsageError
-    from ecoguard.export.report import build_report, parse_since, render_text
-
     since = parse_since(args.since) if args.since else None
     path = args.ledger
     if path is None:
