@@ -4,6 +4,7 @@ estimate (current vs optimized side by side), the batching advice and the audit.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ecoguard.advisor.layout import (
@@ -51,34 +52,9 @@ def compare_section(answer: Answer, labels: dict[str, str], markdown: bool) -> l
                 tier_label(labels, r["tier"]),
             ]
         )
-    out += make_table(
-        [
-            labels["h_precision"],
-            labels["h_tok_s"],
-            labels["h_j_1k"],
-            labels["h_vs_fp16"],
-            labels["h_tok_j"],
-            labels["h_vram"],
-            labels["h_latency"],
-            labels["h_w"],
-            labels["h_usd_month"],
-            labels["h_rank"],
-            labels["h_tier"],
-        ],
-        rows,
-        markdown,
+    out += _table_with_chart(
+        _PRECISION_COLUMNS, rows, result.rows, lambda r: r["precision"], labels, markdown
     )
-    out.append("")
-    chart = bar_chart(
-        [
-            (r["precision"], r["energy_per_1k_tokens_j"], tier_label(labels, r["tier"]))
-            for r in result.rows
-        ],
-        unit="J/1k",
-    )
-    if chart:
-        out += ["```", *chart, "```"] if markdown else chart
-        out.append("")
     out += _paired_lines(answer, labels)
     out += _trade_offs(answer, labels)
     if result.recommendation:
@@ -95,6 +71,67 @@ def compare_section(answer: Answer, labels: dict[str, str], markdown: bool) -> l
         )
         out.append("")
     return out
+
+
+# Each table's columns, left to right (label keys).
+_PRECISION_COLUMNS = (
+    "h_precision",
+    "h_tok_s",
+    "h_j_1k",
+    "h_vs_fp16",
+    "h_tok_j",
+    "h_vram",
+    "h_latency",
+    "h_w",
+    "h_usd_month",
+    "h_rank",
+    "h_tier",
+)
+_MODEL_COLUMNS = (
+    "h_model",
+    "h_precision",
+    "h_j_1k",
+    "h_fp16_j_1k",
+    "h_vs_fp16",
+    "h_tok_s",
+    "h_w",
+    "h_tier",
+)
+_OPTIMIZE_COLUMNS = (
+    "h_rank",
+    "h_precision",
+    "h_bs",
+    "h_j_1k",
+    "h_tok_s",
+    "h_vram",
+    "h_usd_month",
+    "h_tier",
+)
+
+
+def _table_with_chart(
+    columns: tuple[str, ...],
+    cells: list[list[str]],
+    rows: Sequence[dict[str, Any]],
+    bar_label: Callable[[dict[str, Any]], str],
+    labels: dict[str, str],
+    markdown: bool,
+) -> list[str]:
+    """A table of ``cells`` under ``columns``, then the rows' J per 1k tokens as bars."""
+    out = make_table([labels[key] for key in columns], cells, markdown)
+    out.append("")
+    return out + _energy_chart(
+        [(bar_label(r), r["energy_per_1k_tokens_j"], tier_label(labels, r["tier"])) for r in rows],
+        markdown,
+    )
+
+
+def _energy_chart(items: list[tuple[str, float | None, str]], markdown: bool) -> list[str]:
+    """J per 1k tokens as bars (fenced in Markdown), then a blank line; nothing without data."""
+    chart = bar_chart(items, unit="J/1k")
+    if not chart:
+        return []
+    return [*(["```", *chart, "```"] if markdown else chart), ""]
 
 
 def _paired_lines(answer: Answer, labels: dict[str, str]) -> list[str]:
@@ -189,35 +226,14 @@ def _compare_models(answer: Answer, labels: dict[str, str], markdown: bool) -> l
         ]
         for r in result.rows
     ]
-    out += make_table(
-        [
-            labels["h_model"],
-            labels["h_precision"],
-            labels["h_j_1k"],
-            labels["h_fp16_j_1k"],
-            labels["h_vs_fp16"],
-            labels["h_tok_s"],
-            labels["h_w"],
-            labels["h_tier"],
-        ],
+    out += _table_with_chart(
+        _MODEL_COLUMNS,
         rows,
+        result.rows,
+        lambda r: f"{r['model']} {r['precision']}",
+        labels,
         markdown,
     )
-    out.append("")
-    chart = bar_chart(
-        [
-            (
-                f"{r['model']} {r['precision']}",
-                r["energy_per_1k_tokens_j"],
-                tier_label(labels, r["tier"]),
-            )
-            for r in result.rows
-        ],
-        unit="J/1k",
-    )
-    if chart:
-        out += ["```", *chart, "```"] if markdown else chart
-        out.append("")
     rec = result.recommendation
     if rec:
         verdicts = {
@@ -269,35 +285,14 @@ def optimize_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
         ]
         for r in result.rows[:8]
     ]
-    out += make_table(
-        [
-            labels["h_rank"],
-            labels["h_precision"],
-            labels["h_bs"],
-            labels["h_j_1k"],
-            labels["h_tok_s"],
-            labels["h_vram"],
-            labels["h_usd_month"],
-            labels["h_tier"],
-        ],
+    out += _table_with_chart(
+        _OPTIMIZE_COLUMNS,
         rows,
+        result.rows[:8],
+        lambda r: f"{r['precision']} BS{r['batch_size']}",
+        labels,
         markdown,
     )
-    out.append("")
-    chart = bar_chart(
-        [
-            (
-                f"{r['precision']} BS{r['batch_size']}",
-                r["energy_per_1k_tokens_j"],
-                tier_label(labels, r["tier"]),
-            )
-            for r in result.rows[:8]
-        ],
-        unit="J/1k",
-    )
-    if chart:
-        out += ["```", *chart, "```"] if markdown else chart
-        out.append("")
     rejected = result.extra.get("rejected") or []
     if rejected:
         names = sorted({f"{r['precision']} ({', '.join(r['rejected_by'])})" for r in rejected})
@@ -310,87 +305,37 @@ def optimize_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
     return out
 
 
+# The side-by-side table's rows, top to bottom (label keys).
+_SIDE_ROWS = (
+    "h_j_1k",
+    "r_j_request",
+    "h_tok_s",
+    "h_w",
+    "h_vram",
+    "r_requests_month",
+    "r_kwh_month",
+    "r_cost_month",
+    "r_cost_year",
+    "r_co2_month",
+    "h_tier",
+)
+
+
 def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
+    """The current and the optimized configuration in one table, then the saving."""
     result = answer.result
     current, optimized = result.current or {}, result.optimized or {}
     if not current and not optimized:
         return []
     money = result.money or {}
-    money_current, money_optimized = money.get("current") or {}, money.get("optimized") or {}
-    current_month, optimized_month = current.get("monthly") or {}, optimized.get("monthly") or {}
-    currency = money_current.get("currency", "USD")
-    rows = [
-        [
-            labels["h_j_1k"],
-            fmt_range(
-                current.get("energy_per_1k_tokens_j"), current.get("energy_per_1k_tokens_j_range")
-            ),
-            fmt_range(
-                optimized.get("energy_per_1k_tokens_j"),
-                optimized.get("energy_per_1k_tokens_j_range"),
-            ),
-        ],
-        [
-            labels["r_j_request"],
-            fmt_range(
-                current.get("energy_per_request_j"), current.get("energy_per_request_j_range")
-            ),
-            fmt_range(
-                optimized.get("energy_per_request_j"), optimized.get("energy_per_request_j_range")
-            ),
-        ],
-        [
-            labels["h_tok_s"],
-            fmt(current.get("throughput_tok_s"), 1),
-            fmt(optimized.get("throughput_tok_s"), 1),
-        ],
-        [labels["h_w"], fmt(current.get("power_w")), fmt(optimized.get("power_w"))],
-        [labels["h_vram"], fmt(current.get("vram_gb"), 1), fmt(optimized.get("vram_gb"), 1)],
-        [
-            labels["r_requests_month"],
-            fmt(current_month.get("requests")),
-            fmt(optimized_month.get("requests")),
-        ],
-        [
-            labels["r_kwh_month"],
-            fmt_range(current_month.get("energy_kwh"), current_month.get("energy_kwh_range"), 2),
-            fmt_range(
-                optimized_month.get("energy_kwh"), optimized_month.get("energy_kwh_range"), 2
-            ),
-        ],
-        [
-            labels["r_cost_month"],
-            money_text(
-                money_current.get("cost_usd", current_month.get("cost_usd")),
-                money_current.get("cost_cny"),
-                currency,
-                money_current.get("cost_local"),
-            ),
-            money_text(
-                money_optimized.get("cost_usd", optimized_month.get("cost_usd")),
-                money_optimized.get("cost_cny"),
-                currency,
-                money_optimized.get("cost_local"),
-            )
-            if optimized
-            else "-",
-        ],
-        [
-            labels["r_cost_year"],
-            money_year_text(money_current, current_month, currency),
-            money_year_text(money_optimized, optimized_month, currency) if optimized else "-",
-        ],
-        [
-            labels["r_co2_month"],
-            fmt_range(current_month.get("co2_kg"), current_month.get("co2_kg_range"), 2),
-            fmt_range(optimized_month.get("co2_kg"), optimized_month.get("co2_kg_range"), 2),
-        ],
-        [
-            labels["h_tier"],
-            tier_label(labels, current.get("tier", "none")),
-            tier_label(labels, optimized.get("tier", "none")) if optimized else "-",
-        ],
-    ]
+    currency = (money.get("current") or {}).get("currency", "USD")
+    now = _side_column(current, money.get("current") or {}, currency, labels)
+    then = (
+        _side_column(optimized, money.get("optimized") or {}, currency, labels)
+        if optimized
+        else _side_column({}, {}, currency, labels, priced=False)
+    )
+    rows = [[labels[key], a, b] for key, a, b in zip(_SIDE_ROWS, now, then, strict=True)]
     deployment = result.deployment
     rec = result.recommendation or {}
     current_label = (
@@ -409,57 +354,90 @@ def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> lis
     )
     out = make_table(["", current_label, optimized_label], rows, markdown)
     out.append("")
-    saving_usd = money.get("saving_usd")
-    local = local_price(answer)
-    if saving_usd is None and local is None and rec.get("saving_usd_per_month") is not None:
-        saving_usd = rec["saving_usd_per_month"]
-    if local is not None and money.get("saving_local") is not None:
-        saving_usd = money["saving_local"]  # in the question's currency; sign rules as below
-    if saving_usd is not None:
-        pct = rec.get("saving_pct")
-        cny = money.get("saving_cny")
-        amount = (
-            f"¥{cny:,.2f} (${saving_usd:,.2f})"
-            if currency == "CNY" and cny is not None
-            else (f"{local[1]}{saving_usd:,.2f}" if local is not None else f"${saving_usd:,.2f}")
-        )
-        if pct is not None and abs(pct) < 0.05:
-            out.append(
-                "Already the greenest option the data supports."
-                if answer.language == "en"
-                else "已经是数据支持的最省电配置。"
-            )
-        elif saving_usd < 0 or (pct is not None and pct < 0):
-            # The recommendation uses more energy than the current setup (chat forces BS 1 on a
-            # setup that batches): say so instead of printing a negative saving.
-            amount = amount.replace("-", "")
-            more = (
-                (
-                    f" ({-pct:.1f}% more energy)"
-                    if answer.language == "en"
-                    else f"（能耗增加 {-pct:.1f}%）"
-                )
-                if pct is not None
-                else ""
-            )
-            out.append(
-                f"{labels['extra_cost']}{labels['colon']}{amount} {labels['per_month']}{more}{labels['stop']}"
-            )
-        else:
-            less = (
-                (
-                    f" ({pct:.1f}% less energy)"
-                    if answer.language == "en"
-                    else f"（能耗降低 {pct:.1f}%）"
-                )
-                if pct is not None
-                else ""
-            )
-            out.append(
-                f"{labels['saving']}{labels['colon']}{amount} {labels['per_month']}{less}{labels['stop']}"
-            )
-        out.append("")
+    saving = _saving_amount(answer, money, rec, currency)
+    if saving is not None:
+        out += [_saving_line(answer, labels, *saving, rec.get("saving_pct")), ""]
     return out
+
+
+def _side_column(
+    est: dict[str, Any],
+    money: dict[str, Any],
+    currency: str,
+    labels: dict[str, str],
+    *,
+    priced: bool = True,
+) -> list[str]:
+    """One configuration's cells, in ``_SIDE_ROWS`` order. Without a configuration
+    (``priced=False``) the money and tier cells read ``-``."""
+    month = est.get("monthly") or {}
+    cost = money_text(
+        money.get("cost_usd", month.get("cost_usd")),
+        money.get("cost_cny"),
+        currency,
+        money.get("cost_local"),
+    )
+    return [
+        fmt_range(est.get("energy_per_1k_tokens_j"), est.get("energy_per_1k_tokens_j_range")),
+        fmt_range(est.get("energy_per_request_j"), est.get("energy_per_request_j_range")),
+        fmt(est.get("throughput_tok_s"), 1),
+        fmt(est.get("power_w")),
+        fmt(est.get("vram_gb"), 1),
+        fmt(month.get("requests")),
+        fmt_range(month.get("energy_kwh"), month.get("energy_kwh_range"), 2),
+        cost if priced else "-",
+        money_year_text(money, month, currency) if priced else "-",
+        fmt_range(month.get("co2_kg"), month.get("co2_kg_range"), 2),
+        tier_label(labels, est.get("tier", "none")) if priced else "-",
+    ]
+
+
+def _saving_amount(
+    answer: Answer, money: dict[str, Any], rec: dict[str, Any], currency: str
+) -> tuple[float, str] | None:
+    """The monthly saving and how it reads: in CNY (with USD) when asked, in the question's own
+    currency when it priced electricity in one, else in USD; None when it is not known."""
+    saving = money.get("saving_usd")
+    local = local_price(answer)
+    if saving is None and local is None and rec.get("saving_usd_per_month") is not None:
+        saving = rec["saving_usd_per_month"]
+    if local is not None and money.get("saving_local") is not None:
+        saving = money["saving_local"]  # in the question's currency; sign rules as below
+    if saving is None:
+        return None
+    cny = money.get("saving_cny")
+    if currency == "CNY" and cny is not None:
+        return saving, f"¥{cny:,.2f} (${saving:,.2f})"
+    return saving, f"{local[1]}{saving:,.2f}" if local is not None else f"${saving:,.2f}"
+
+
+def _saving_line(
+    answer: Answer, labels: dict[str, str], saving: float, amount: str, pct: float | None
+) -> str:
+    """Already the greenest; an extra cost when the recommendation uses more energy (chat
+    forces BS 1 on a setup that batches), said so instead of a negative saving; else the
+    saving."""
+    en = answer.language == "en"
+    if pct is not None and abs(pct) < 0.05:
+        return (
+            "Already the greenest option the data supports."
+            if en
+            else "已经是数据支持的最省电配置。"
+        )
+    if saving < 0 or (pct is not None and pct < 0):
+        more = ""
+        if pct is not None:
+            more = f" ({-pct:.1f}% more energy)" if en else f"（能耗增加 {-pct:.1f}%）"
+        return (
+            f"{labels['extra_cost']}{labels['colon']}{amount.replace('-', '')} "
+            f"{labels['per_month']}{more}{labels['stop']}"
+        )
+    less = ""
+    if pct is not None:
+        less = f" ({pct:.1f}% less energy)" if en else f"（能耗降低 {pct:.1f}%）"
+    return (
+        f"{labels['saving']}{labels['colon']}{amount} {labels['per_month']}{less}{labels['stop']}"
+    )
 
 
 def batching_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
