@@ -17,6 +17,8 @@ from ecoguard.advisor.accelerators import (
     Vendor,
     card_spec,
 )
+from ecoguard.advisor.conversions import Conversion
+from ecoguard.advisor.coverage import OutOfData
 from ecoguard.advisor.deployments import (
     Default,
     HonestyNote,
@@ -30,7 +32,7 @@ from ecoguard.advisor.deployments import (
     volume_default,
     volume_default_entry,
 )
-from ecoguard.advisor.parse import OutOfData, ParsedQuestion, parse_question
+from ecoguard.advisor.parse import ParsedQuestion, parse_question
 from ecoguard.advisor.registry import PROTOCOLS, Request
 from ecoguard.advisor.serving import (
     BatchingAdvice,
@@ -40,7 +42,6 @@ from ecoguard.advisor.serving import (
     serving_batch_cap,
 )
 from ecoguard.advisor.texts import Text
-from ecoguard.advisor.volume import Conversion
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec
 from ecoguard.errors import UsageError

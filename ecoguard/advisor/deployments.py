@@ -17,10 +17,10 @@ from ecoguard.advisor.accelerators import (
     card_spec,
     nearest_profile,
 )
+from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.extract import LOCAL_PUE
 from ecoguard.advisor.parse import ParsedQuestion
 from ecoguard.advisor.texts import Text
-from ecoguard.advisor.volume import Conversion
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
 from ecoguard.errors import UnknownGpuError
