@@ -63,31 +63,27 @@ def accelerator_gaps(vendor: Vendor | None, lower: str) -> list[OutOfData]:
     return out
 
 
-def _past_edge(topic: str, value: int, edge: int, detail: Text) -> list[OutOfData]:
-    return [OutOfData(topic, detail)] if value > edge else []
-
-
-def batch_gap(largest: int) -> list[OutOfData]:
-    """The largest batch size named, when it is past the reference rows."""
-    return _past_edge(
-        "batch-size",
-        largest,
+# Limits of the reference rows, by topic: the edge and what to say past it.
+_EDGES: dict[str, tuple[int, Text]] = {
+    "batch-size": (
         REFERENCE_MAX_BATCH,
         Text(
-            f"batch size {largest}: reference rows stop at {REFERENCE_MAX_BATCH}",
-            f"批大小 {largest}：参考数据最大只到 {REFERENCE_MAX_BATCH}",
+            "batch size {value}: reference rows stop at {edge}",
+            "批大小 {value}：参考数据最大只到 {edge}",
         ),
-    )
-
-
-def sequence_gap(longest: int) -> list[OutOfData]:
-    """The longest sequence named (context, or prompt plus output), when past the rows."""
-    return _past_edge(
-        "sequence-length",
-        longest,
+    ),
+    "sequence-length": (
         REFERENCE_MAX_SEQUENCE,
         Text(
-            f"sequence of {longest:,} tokens: reference rows stop at {REFERENCE_MAX_SEQUENCE:,}",
-            f"序列长度 {longest:,} 个 token：参考数据最长只到 {REFERENCE_MAX_SEQUENCE:,}",
+            "sequence of {value:,} tokens: reference rows stop at {edge:,}",
+            "序列长度 {value:,} 个 token：参考数据最长只到 {edge:,}",
         ),
-    )
+    ),
+}
+
+
+def past_edge(topic: str, value: int) -> list[OutOfData]:
+    """``value`` (the largest batch size, or the longest sequence: a context length or prompt
+    plus output) when it is past the reference rows' edge for ``topic``."""
+    edge, detail = _EDGES[topic]
+    return [OutOfData(topic, detail.format(value=value, edge=edge))] if value > edge else []

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ecoguard.advisor.accelerators import Vendor
 from ecoguard.advisor.conversions import Conversion
-from ecoguard.advisor.coverage import OutOfData, accelerator_gaps, batch_gap, sequence_gap
+from ecoguard.advisor.coverage import OutOfData, accelerator_gaps, past_edge
 from ecoguard.advisor.extract import (
     MoneyFacts,
     UseFact,
@@ -303,8 +303,8 @@ def _out_of_data(lower: str, names: _Names, figures: _Figures) -> tuple[OutOfDat
     batch size, sequence length."""
     gaps = accelerator_gaps(names.vendor, lower)
     if figures.batch_sizes:
-        gaps += batch_gap(figures.batch_sizes[-1])
-    gaps += sequence_gap(figures.lengths.longest)
+        gaps += past_edge("batch-size", figures.batch_sizes[-1])
+    gaps += past_edge("sequence-length", figures.lengths.longest)
     return tuple(gaps)
 
 
