@@ -20,6 +20,7 @@ from ecoguard.advisor.texts import Text, tier_word
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.findings import Finding, Impact, Mood, weakest_tier
+from ecoguard.knowledge import find_rows, gpu_profiles
 
 SECONDS_PER_MONTH = 30 * 86_400
 BATCHER_MAX = 16  # the batcher's max_batch_size the advice proposes for serving
@@ -87,86 +88,75 @@ class BatchingAdvice:
         """The advice as sentences in the answer's language. ``local_price``: (price per kWh,
         currency symbol) when the question priced electricity in a currency other than USD."""
         zh = language == "zh"
-        out: list[str] = []
-        # The GPU time comes from the monthly volume; with the concurrency stated, the volume
-        # may be only the default, so the stated figure is the one shown.
-        if (
-            self.gpu_days_per_month is not None
-            and self.current_batch == 1
-            and self.concurrency_basis != "stated"
-        ):
-            days = self.gpu_days_per_month
-            gpus = max(1, math.ceil(days / 30))
-            if zh:
-                more = f"，一块 GPU 不够，至少要 {gpus} 块全天运行" if days > 30 else ""
-                out.append(
-                    f"按批大小 1，每月的请求量需要约 {days:,.1f} 个 GPU·天的计算"
-                    f"（每次请求 {self.seconds_per_request:,.1f} 秒；一个月 30 天）{more}。"
-                )
-            else:
-                more = (
-                    f": more than one GPU can do, at least {gpus} running around the clock"
-                    if days > 30
-                    else ""
-                )
-                out.append(
-                    f"At batch size 1 the monthly volume is about {days:,.1f} GPU-days of work "
-                    f"({self.seconds_per_request:,.1f} s per request; a month is 30 days){more}."
-                )
-        if self.concurrency is not None and self.use != "batch":
-            basis = {
-                "stated": Text("as stated", "问题中给出"),
-                "derived": Text(
-                    "monthly requests x seconds per request / seconds in a month",
-                    "每月请求数 x 每次请求秒数 / 每月秒数",
-                ),
-                "neighbours": Text(
-                    "monthly requests x seconds per request / seconds in a month; seconds per "
-                    "request from the measured throughput of models of neighbouring size on "
-                    "this GPU",
-                    "每月请求数 x 每次请求秒数 / 每月秒数；每次请求秒数取自此 GPU 上相近大小模型的实测吞吐",
-                ),
-                "bandwidth": Text(
-                    "monthly requests x seconds per request / seconds in a month; no measured "
-                    "latency here, so seconds per request = generated tokens x weight bytes / "
-                    "memory bandwidth, a lower bound",
-                    "每月请求数 x 每次请求秒数 / 每月秒数；这里没有实测延迟，每次请求秒数按 生成 token 数 x "
-                    "权重字节数 / 显存带宽 计，是下限",
-                ),
-            }.get(self.concurrency_basis, Text("", ""))
-            count = _count(self.concurrency, self.concurrency_basis)
-            out.append(
-                f"同时在处理的请求：{count.replace('about ', '约 ').replace('at least ', '至少 ')}（{basis.zh}）。"
-                if zh
-                else f"Requests in flight at once: {count} ({basis.en})."
-            )
+        out = [line for line in (self._gpu_time_line(zh), self._in_flight_line(zh)) if line]
         if self.target_batch <= self.current_batch:
-            if (
-                self.target_batch <= 1
-                and self.current_batch <= 1
-                and self.concurrency_basis == "bandwidth"
-            ):
-                out.append(
-                    "这只是下限：实际延迟更长时同时在处理的请求更多；用 `ecoguard bench` 测出延迟后再决定是否开启批处理器。"
-                    if zh
-                    else "That is a lower bound: with the real (longer) latency more requests "
-                    "overlap; measure the latency with `ecoguard bench` before deciding on the "
-                    "batcher."
-                )
-            elif self.target_batch <= 1 and self.current_batch <= 1:
-                out.append(
-                    "同时在处理的请求不到 2 个，批处理器没有可合并的请求；请求量上来后再开启。"
-                    if zh
-                    else "Fewer than two requests are in flight, so a batcher would have nothing "
-                    "to coalesce; turn it on when traffic overlaps."
-                )
-            return out
+            nothing = self._nothing_to_coalesce_line(zh)
+            return out + ([nothing] if nothing else [])
+        return out + self._batching_lines(zh, local_price)
+
+    def _gpu_time_line(self, zh: bool) -> str | None:
+        """The GPU time the monthly volume takes at batch size 1. With the concurrency stated,
+        the volume may be only the default, so the stated figure is the one shown instead."""
+        if (
+            self.gpu_days_per_month is None
+            or self.current_batch != 1
+            or self.concurrency_basis == "stated"
+        ):
+            return None
+        days = self.gpu_days_per_month
+        gpus = max(1, math.ceil(days / 30))
+        if zh:
+            more = f"，一块 GPU 不够，至少要 {gpus} 块全天运行" if days > 30 else ""
+            return (
+                f"按批大小 1，每月的请求量需要约 {days:,.1f} 个 GPU·天的计算"
+                f"（每次请求 {self.seconds_per_request:,.1f} 秒；一个月 30 天）{more}。"
+            )
+        more = (
+            f": more than one GPU can do, at least {gpus} running around the clock"
+            if days > 30
+            else ""
+        )
+        return (
+            f"At batch size 1 the monthly volume is about {days:,.1f} GPU-days of work "
+            f"({self.seconds_per_request:,.1f} s per request; a month is 30 days){more}."
+        )
+
+    def _in_flight_line(self, zh: bool) -> str | None:
+        """How many requests are in flight at once, and where that figure comes from."""
+        if self.concurrency is None or self.use == "batch":
+            return None
+        basis = _BASIS.get(self.concurrency_basis, Text("", ""))
+        count = _count(self.concurrency, self.concurrency_basis, "zh" if zh else "en")
+        if zh:
+            return f"同时在处理的请求：{count}（{basis.zh}）。"
+        return f"Requests in flight at once: {count} ({basis.en})."
+
+    def _nothing_to_coalesce_line(self, zh: bool) -> str | None:
+        """At batch size 1 with no larger target: a bandwidth figure is only a lower bound,
+        else fewer than two requests overlap."""
+        if self.target_batch > 1 or self.current_batch > 1:
+            return None
+        if self.concurrency_basis == "bandwidth":
+            return (
+                "这只是下限：实际延迟更长时同时在处理的请求更多；用 `ecoguard bench` 测出延迟后再决定是否开启批处理器。"
+                if zh
+                else "That is a lower bound: with the real (longer) latency more requests "
+                "overlap; measure the latency with `ecoguard bench` before deciding on the "
+                "batcher."
+            )
+        return (
+            "同时在处理的请求不到 2 个，批处理器没有可合并的请求；请求量上来后再开启。"
+            if zh
+            else "Fewer than two requests are in flight, so a batcher would have nothing "
+            "to coalesce; turn it on when traffic overlaps."
+        )
+
+    def _batching_lines(self, zh: bool, local_price: tuple[float, str] | None) -> list[str]:
+        """What to do (batched calls, or the batcher) and what it saves; a caveat first when
+        how many requests overlap is not known."""
+        out: list[str] = []
         saving = "-" if self.saving_pct is None else f"{self.saving_pct:.0f}%"
-        amount: str | None = None
-        if local_price is not None and self.saving_kwh_per_month is not None:
-            amount = f"{local_price[1]}{self.saving_kwh_per_month * local_price[0]:,.2f}"
-        elif local_price is None and self.saving_usd_per_month is not None:
-            amount = f"${self.saving_usd_per_month:,.2f}"
+        amount = self._saving_amount(local_price)
         usd = "" if amount is None else (f"，每月约 {amount}" if zh else f", about {amount}/month")
         now = _range_text(self.energy_now_j_per_1k, self.energy_now_range)
         target = _range_text(self.energy_target_j_per_1k, self.energy_target_range)
@@ -206,12 +196,46 @@ class BatchingAdvice:
             )
         return out
 
+    def _saving_amount(self, local_price: tuple[float, str] | None) -> str | None:
+        """The monthly saving in the question's currency (kWh x its price), else in USD."""
+        if local_price is not None and self.saving_kwh_per_month is not None:
+            return f"{local_price[1]}{self.saving_kwh_per_month * local_price[0]:,.2f}"
+        if local_price is None and self.saving_usd_per_month is not None:
+            return f"${self.saving_usd_per_month:,.2f}"
+        return None
 
-def _count(value: float, basis: str) -> str:
-    """A stated concurrency as written (500); a derived one as an estimate (about 2.7)."""
+
+# Where a requests-in-flight figure comes from, per basis.
+_BASIS: dict[str, Text] = {
+    "stated": Text("as stated", "问题中给出"),
+    "derived": Text(
+        "monthly requests x seconds per request / seconds in a month",
+        "每月请求数 x 每次请求秒数 / 每月秒数",
+    ),
+    "neighbours": Text(
+        "monthly requests x seconds per request / seconds in a month; seconds per "
+        "request from the measured throughput of models of neighbouring size on "
+        "this GPU",
+        "每月请求数 x 每次请求秒数 / 每月秒数；每次请求秒数取自此 GPU 上相近大小模型的实测吞吐",
+    ),
+    "bandwidth": Text(
+        "monthly requests x seconds per request / seconds in a month; no measured "
+        "latency here, so seconds per request = generated tokens x weight bytes / "
+        "memory bandwidth, a lower bound",
+        "每月请求数 x 每次请求秒数 / 每月秒数；这里没有实测延迟，每次请求秒数按 生成 token 数 x "
+        "权重字节数 / 显存带宽 计，是下限",
+    ),
+}
+
+
+def _count(value: float, basis: str, language: str = "en") -> str:
+    """A stated concurrency as written (500); a derived one as an estimate (about 2.7), a
+    bandwidth one as a lower bound (at least 2.7)."""
     if basis == "stated":
         return f"{value:,.0f}"
-    return f"at least {value:,.1f}" if basis == "bandwidth" else f"about {value:,.1f}"
+    if basis == "bandwidth":
+        return Text(f"at least {value:,.1f}", f"至少 {value:,.1f}").get(language)
+    return Text(f"about {value:,.1f}", f"约 {value:,.1f}").get(language)
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -258,8 +282,6 @@ def neighbour_seconds_per_request(deployment: Deployment) -> float | None:
     """One request's time from the measured throughput of models of neighbouring size on the
     same GPU, precision and batch size 1 (log-log between the two that bracket the size, else
     the nearest within 2x): decode speed changes slowly with size, unlike a roofline bound."""
-    from ecoguard.knowledge import find_rows
-
     params = deployment.model.params_b
     if not params or not deployment.gpu.profile:
         return None
@@ -295,8 +317,6 @@ def bandwidth_seconds_per_request(deployment: Deployment) -> float | None:
     """A lower bound on one request's time when no measured figure gives it: decoding reads
     every weight once per generated token, so a token takes at least weight bytes / memory
     bandwidth (the GPU profile's), and a request at least that x generated tokens."""
-    from ecoguard.knowledge import gpu_profiles
-
     params = deployment.model.params_b
     profile = gpu_profiles().get(deployment.gpu.profile or "")
     per_param = BYTES_PER_PARAM.get(deployment.precision or "fp16")
@@ -367,48 +387,14 @@ def batching_advice(
         concurrency=concurrency,
         hours_per_day=hours_per_day,
     )
-    gpu_days = requests_per_month * per_request / 86_400 if per_request is not None else None
     conditional = use == "chat" and not serving
-    if use == "batch":
-        target = max(current_batch, BATCH_JOB_SIZE)
-    elif conditional:
-        target = max(current_batch, 4)
-    else:
-        # A bandwidth bound understates how many requests overlap: target as if unknown.
-        known = None if basis == "bandwidth" else in_flight
-        target = max(current_batch, serving_batch_cap(known))
-    if target_batch is not None and target_batch > current_batch:
-        target = target_batch
-    fix = f"ecoguard.install(batching=True, max_batch_size={max(target, 2)})"
-    if target == current_batch:
-        return BatchingAdvice(
-            use, serving, current_batch, target, in_flight, basis, per_request, gpu_days,
-            energy_now, now.get("energy_per_1k_tokens_j_range"), None, None, None, None, None,
-            now.get("tier", "none"), fix, conditional, tuple(now.get("rows") or ()),
-        )  # fmt: skip
-    after = estimate_dict(
-        run_estimate(now_dep.with_(batch_size=target), settings, requests_per_month)
-    )
-    energy_after = after.get("energy_per_1k_tokens_j")
-    saving = (
-        round((1 - energy_after / energy_now) * 100.0, 1)
-        if isinstance(energy_after, (int, float)) and energy_now
+    target = _target_batch(use, conditional, current_batch, in_flight, basis, target_batch)
+    after = (
+        estimate_dict(run_estimate(now_dep.with_(batch_size=target), settings, requests_per_month))
+        if target != current_batch
         else None
     )
-    cost_now = (now.get("monthly") or {}).get("cost_usd")
-    cost_after = (after.get("monthly") or {}).get("cost_usd")
-    saving_usd = (
-        round(cost_now - cost_after, 2)
-        if isinstance(cost_now, (int, float)) and isinstance(cost_after, (int, float))
-        else None
-    )
-    kwh_now = (now.get("monthly") or {}).get("energy_kwh")
-    kwh_after = (after.get("monthly") or {}).get("energy_kwh")
-    saving_kwh = (
-        kwh_now - kwh_after
-        if isinstance(kwh_now, (int, float)) and isinstance(kwh_after, (int, float))
-        else None
-    )
+    energy_after = (after or {}).get("energy_per_1k_tokens_j")
     return BatchingAdvice(
         use=use,
         serving=serving,
@@ -417,19 +403,72 @@ def batching_advice(
         concurrency=in_flight,
         concurrency_basis=basis,
         seconds_per_request=per_request,
-        gpu_days_per_month=gpu_days,
+        gpu_days_per_month=(
+            requests_per_month * per_request / 86_400 if per_request is not None else None
+        ),
         energy_now_j_per_1k=energy_now,
         energy_now_range=now.get("energy_per_1k_tokens_j_range"),
         energy_target_j_per_1k=energy_after if isinstance(energy_after, (int, float)) else None,
-        energy_target_range=after.get("energy_per_1k_tokens_j_range"),
-        saving_pct=saving,
-        saving_usd_per_month=saving_usd,
-        saving_kwh_per_month=saving_kwh,
-        tier=weakest_tier((now.get("tier", "none"), after.get("tier", "none"))),
-        fix=fix,
+        energy_target_range=None if after is None else after.get("energy_per_1k_tokens_j_range"),
+        saving_pct=(
+            round((1 - energy_after / energy_now) * 100.0, 1)
+            if isinstance(energy_after, (int, float)) and energy_now
+            else None
+        ),
+        saving_usd_per_month=_monthly_saving(now, after, "cost_usd", 2),
+        saving_kwh_per_month=_monthly_saving(now, after, "energy_kwh"),
+        tier=(
+            now.get("tier", "none")
+            if after is None
+            else weakest_tier((now.get("tier", "none"), after.get("tier", "none")))
+        ),
+        fix=f"ecoguard.install(batching=True, max_batch_size={max(target, 2)})",
         conditional=conditional,
-        rows=tuple(dict.fromkeys([*(now.get("rows") or ()), *(after.get("rows") or ())])),
+        rows=_evidence(now, after),
     )
+
+
+def _evidence(now: dict[str, Any], after: dict[str, Any] | None) -> tuple[str, ...]:
+    """The rows behind the current figure and, when there is a target, behind it too."""
+    if after is None:
+        return tuple(now.get("rows") or ())
+    return tuple(dict.fromkeys([*(now.get("rows") or ()), *(after.get("rows") or ())]))
+
+
+def _target_batch(
+    use: str,
+    conditional: bool,
+    current_batch: int,
+    in_flight: float | None,
+    basis: str,
+    chosen: int | None,
+) -> int:
+    """The batch size to aim for: 32 prompts per call for a batch job, 4 for a chat whose users
+    may overlap, else what the requests in flight fill (the batcher's cap when unknown); a
+    batch size a recommendation already chose wins when it is larger than the current one."""
+    if chosen is not None and chosen > current_batch:
+        return chosen
+    if use == "batch":
+        return max(current_batch, BATCH_JOB_SIZE)
+    if conditional:
+        return max(current_batch, 4)
+    # A bandwidth bound understates how many requests overlap: target as if unknown.
+    known = None if basis == "bandwidth" else in_flight
+    return max(current_batch, serving_batch_cap(known))
+
+
+def _monthly_saving(
+    now: dict[str, Any], after: dict[str, Any] | None, key: str, digits: int | None = None
+) -> float | None:
+    """How much less of a monthly figure (``cost_usd``, ``energy_kwh``) the target batch
+    takes; None when either side lacks it."""
+    if after is None:
+        return None
+    before = (now.get("monthly") or {}).get(key)
+    then = (after.get("monthly") or {}).get(key)
+    if not isinstance(before, (int, float)) or not isinstance(then, (int, float)):
+        return None
+    return before - then if digits is None else round(before - then, digits)
 
 
 def batching_finding(
@@ -445,10 +484,10 @@ def batching_finding(
     if advice.concurrency is None:
         crowd = Text("concurrent requests could share that pass", "并发的请求可以分摊这次读取")
     else:
-        count = _count(advice.concurrency, advice.concurrency_basis)
         crowd = Text(
-            f"{count} requests are in flight and could share that pass",
-            f"同时有 {count.replace('about ', '约 ').replace('at least ', '至少 ')} 个请求可以分摊这次读取",
+            f"{_count(advice.concurrency, advice.concurrency_basis)} requests are in flight "
+            "and could share that pass",
+            f"同时有 {_count(advice.concurrency, advice.concurrency_basis, 'zh')} 个请求可以分摊这次读取",
         )
     message = Text(
         (
