@@ -210,6 +210,7 @@ class _Names:
 
 
 def _read_names(question: str, conversions: list[Conversion]) -> _Names:
+    """The names, from the question as written; two load_in flags or two models raise."""
     words = split_words(question)
     models = find_models(words)
     gpus, vendor = find_gpus(words, conversions)
@@ -239,6 +240,7 @@ class _Figures:
 
 
 def _read_figures(masked: str, lower: str, conversions: list[Conversion]) -> _Figures:
+    """The figures, from the masked question; a bad or second batch size raises."""
     sizes = batch_sizes(masked, lower)
     return _Figures(sizes, lengths(masked, conversions), observed(masked, conversions))
 
@@ -255,6 +257,8 @@ class _Work:
 
 
 def _read_work(masked: str, lower: str, language: str, conversions: list[Conversion]) -> _Work:
+    """The work, from the masked question; two different request volumes raise. A text size
+    (``1 GB of text``) counts as the token volume when no other is stated."""
     hours = hours_per_day(masked, lower)
     try:
         volume = extract_volume(masked, language=language, hours_per_day=hours)
