@@ -8,10 +8,8 @@ reference data.
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
-import ecoguard.knowledge as knowledge
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.errors import UsageError
@@ -19,12 +17,6 @@ from ecoguard.faults import record_fault
 from ecoguard.findings import Finding
 from ecoguard.knowledge.estimator import estimate
 from ecoguard.rules import evaluate
-
-
-def knowledge_module() -> ModuleType:
-    """The knowledge package (reference rows, tables, equivalents)."""
-    return knowledge
-
 
 _ESTIMATE_CACHE: dict[tuple[Deployment, str, int | None], Any] = {}
 _ESTIMATE_CACHE_MAX = 1024
