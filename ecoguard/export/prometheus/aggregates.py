@@ -25,16 +25,12 @@ from ecoguard.export.prometheus.facts import (
     finding_key,
 )
 from ecoguard.export.prometheus.spec import (
-    BATCH_SIZE,
-    BATCHING_SAVED,
     CALL_METRICS,
-    CO2,
-    ENERGY_COST,
     GENERATION_CALLS,
     GENERATION_ENERGY,
     GENERATION_REQUESTS,
     GENERATION_TOKENS,
-    REQUEST_ENERGY,
+    MetricSpec,
 )
 
 
@@ -112,41 +108,29 @@ class GenerationTotals:
             dict(self.counters), {name: h.copy() for name, h in self.histograms.items()}
         )
 
+    def total(self, spec: MetricSpec) -> float:
+        """A per-call counter's running total (0 before its first value)."""
+        return self.counters.get(spec.name, 0.0)
+
+    def histogram(self, spec: MetricSpec) -> Histogram:
+        return self.histograms[spec.name]
+
+    # The headline figures, by name.
     @property
     def energy_j(self) -> float:
-        return self.counters[GENERATION_ENERGY.name]
+        return self.total(GENERATION_ENERGY)
 
     @property
     def tokens(self) -> float:
-        return self.counters[GENERATION_TOKENS.name]
+        return self.total(GENERATION_TOKENS)
 
     @property
     def requests(self) -> float:
-        return self.counters[GENERATION_REQUESTS.name]
+        return self.total(GENERATION_REQUESTS)
 
     @property
     def calls(self) -> float:
-        return self.counters[GENERATION_CALLS.name]
-
-    @property
-    def cost_usd(self) -> float:
-        return self.counters[ENERGY_COST.name]
-
-    @property
-    def co2_g(self) -> float:
-        return self.counters[CO2.name]
-
-    @property
-    def batching_saved_j(self) -> float:
-        return self.counters.get(BATCHING_SAVED.name, 0.0)
-
-    @property
-    def batch_size(self) -> Histogram:
-        return self.histograms[BATCH_SIZE.name]
-
-    @property
-    def request_energy(self) -> Histogram:
-        return self.histograms[REQUEST_ENERGY.name]
+        return self.total(GENERATION_CALLS)
 
 
 @dataclass(frozen=True, slots=True)

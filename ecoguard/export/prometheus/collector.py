@@ -209,7 +209,7 @@ def call_families(snap: AggregateSnapshot) -> list[Metric]:
         for key in keys:
             totals = snap.generation[key]
             if spec.kind == "histogram":
-                histogram = totals.histograms[spec.name]
+                histogram = totals.histogram(spec)
                 family.add_metric(list(key), histogram.cumulative(), histogram.sum)
                 continue
             value = totals.counters.get(spec.name)

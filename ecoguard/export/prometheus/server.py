@@ -308,29 +308,34 @@ def _start_metrics_server(
         httpd = _MetricsHTTPServer((addr, port), registry)
     except (OSError, UnicodeError, ValueError, TypeError) as exc:
         registry.unregister(collector)
-        if isinstance(exc, socket.gaierror) or not isinstance(exc, OSError):
-            # The address itself is the problem (a name that does not resolve): not the port.
-            way_out = "Set ECOGUARD_METRICS_ADDR to an IP address such as 127.0.0.1"
-        else:
-            way_out = (
-                "Choose another port with ECOGUARD_METRICS_PORT (0 picks a free one) or "
-                "install(metrics_port=...)"
-            )
-        _log.error(
-            "ecoguard: cannot serve metrics on %s:%d (%s); the application goes on without "
-            "/metrics. %s.",
-            addr,
-            port,
-            getattr(exc, "strerror", None) or exc,
-            way_out,
-        )
-        record_fault("metrics.bind", exc)
+        _log_bind_failure(addr, port, exc)
         return None
     server = MetricsServer(httpd, registry, collector)
     with _server_lock:
         _server = server
     _log.info("ecoguard: serving metrics at %s", server.url)
     return server
+
+
+def _log_bind_failure(addr: str, port: int, exc: Exception) -> None:
+    """An error naming the address and the way out; the application goes on without metrics."""
+    if isinstance(exc, socket.gaierror) or not isinstance(exc, OSError):
+        # The address itself is the problem (a name that does not resolve): not the port.
+        way_out = "Set ECOGUARD_METRICS_ADDR to an IP address such as 127.0.0.1"
+    else:
+        way_out = (
+            "Choose another port with ECOGUARD_METRICS_PORT (0 picks a free one) or "
+            "install(metrics_port=...)"
+        )
+    _log.error(
+        "ecoguard: cannot serve metrics on %s:%d (%s); the application goes on without "
+        "/metrics. %s.",
+        addr,
+        port,
+        getattr(exc, "strerror", None) or exc,
+        way_out,
+    )
+    record_fault("metrics.bind", exc)
 
 
 def get_metrics_server() -> MetricsServer | None:
