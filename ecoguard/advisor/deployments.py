@@ -8,7 +8,7 @@ where the publisher's prose and the measured rows disagree.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ecoguard.advisor import protocols
@@ -23,7 +23,16 @@ from ecoguard.advisor.parse import ParsedQuestion
 from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
-from ecoguard.errors import UnknownGpuError
+from ecoguard.errors import UnknownGpuError, UsageError
+from ecoguard.faults import record_fault
+from ecoguard.knowledge import (
+    crossover,
+    find_rows,
+    gpu_profiles,
+    reference_rows,
+    resolve_gpu,
+    resolve_model,
+)
 
 DEFAULT_GPU = "rtx4090d"
 
@@ -88,8 +97,6 @@ def resolve_gpu_spec(name: str) -> GpuSpec:
 def resolve_gpu_match(name: str) -> tuple[GpuSpec, NearestProfile | None]:
     """The GPU's spec; an NVIDIA card outside the table is answered with the nearest profile
     (and its own VRAM), with the match returned so the answer can say why."""
-    from ecoguard.knowledge import gpu_profiles, reference_rows, resolve_gpu
-
     try:
         profile = resolve_gpu(name)
     except UnknownGpuError:
@@ -101,23 +108,13 @@ def resolve_gpu_match(name: str) -> tuple[GpuSpec, NearestProfile | None]:
         with_data = {row.gpu for row in reference_rows() if row.tier in ("measured", "reported")}
         same_arch = {k for k, p in gpu_profiles().items() if p.architecture == card.architecture}
         match = nearest_profile(card, gpu_profiles(), same_arch or with_data)
-        profile = gpu_profiles()[match.profile_key]
-        spec = GpuSpec(
-            profile=profile.key,
-            name=card.name,
-            architecture=card.architecture,
-            compute_capability=card.compute_capability,
-            vram_gb=card.vram_gb,
-        )
-        return spec, match
+        # The card's own name, architecture and VRAM, answered with the matched profile's data.
+        return replace(card.to_gpu_spec(), profile=match.profile_key), match
     return profile.to_gpu_spec(), None
 
 
 def resolve_model_spec(text: str) -> ModelSpec:
-    from ecoguard.knowledge import resolve_model
-
-    info = resolve_model(text)
-    return info.to_model_spec()
+    return resolve_model(text).to_model_spec()
 
 
 def build_deployment(
@@ -135,89 +132,27 @@ def build_deployment(
 ) -> tuple[Deployment, list[Default]]:
     """A validated Deployment with defaults for what is missing (each one listed)."""
     defaults: list[Default] = []
-    if gpu is None:
-        gpu = DEFAULT_GPU
-        defaults.append(
-            Default(
-                "gpu",
-                DEFAULT_GPU,
-                Text(
-                    "name a GPU, e.g. 'on an A800' or --gpu a800",
-                    "在问题里写上 GPU，例如“在 A800 上”，或用 --gpu a800",
-                ),
-            )
-        )
-    gpu_spec = resolve_gpu_spec(gpu)
+
+    def given_or_default(field: str, value: Any, default: Any) -> Any:
+        if value is not None:
+            return value
+        defaults.append(Default(field, default, _HOW_TO_STATE[field]))
+        return default
+
+    gpu_spec = resolve_gpu_spec(given_or_default("gpu", gpu, DEFAULT_GPU))
     model_spec = resolve_model_spec(model) if model else ModelSpec()
-    if precision is None and fill_precision:
-        precision = DEFAULT_PRECISION
-        defaults.append(
-            Default(
-                "precision",
-                DEFAULT_PRECISION,
-                Text(
-                    "say e.g. 'NF4', 'INT8', 'load_in_8bit=True' or --precision",
-                    "写明精度，例如 NF4、INT8、load_in_8bit=True，或用 --precision",
-                ),
-            )
-        )
-    if batch_size is None:
-        batch_size = DEFAULT_BATCH_SIZE
-        defaults.append(
-            Default(
-                "batch_size",
-                DEFAULT_BATCH_SIZE,
-                Text(
-                    "say e.g. 'batch size 8' or --batch-size 8",
-                    "写明批大小，例如“批大小 8”，或用 --batch-size 8",
-                ),
-            )
-        )
-    if prompt_tokens is None:
-        prompt_tokens = DEFAULT_PROMPT_TOKENS
-        defaults.append(
-            Default(
-                "prompt_tokens",
-                DEFAULT_PROMPT_TOKENS,
-                Text(
-                    "say e.g. '1024 tokens in' or --prompt-tokens",
-                    "写明输入长度，例如“输入 1024”，或用 --prompt-tokens",
-                ),
-            )
-        )
-    if generation_tokens is None:
-        generation_tokens = DEFAULT_GENERATION_TOKENS
-        defaults.append(
-            Default(
-                "generation_tokens",
-                DEFAULT_GENERATION_TOKENS,
-                Text(
-                    "say e.g. '128 tokens out' or --generation-tokens",
-                    "写明输出长度，例如“输出 128”，或用 --generation-tokens",
-                ),
-            )
-        )
-    if use is None:
-        use = protocols.use_for_batch_size(batch_size)
-        defaults.append(
-            Default(
-                "use",
-                use,
-                Text(
-                    "served requests from many users, which can be batched; say 'for chat' (one "
-                    "interactive user), 'for an API' or 'a batch job', or --use chat|api|batch",
-                    "按多用户在线服务计（可合并批处理）；写明“聊天”（单个交互用户）、“API 服务”或“批处理”，"
-                    "或用 --use chat|api|batch",
-                ),
-            )
-        )
+    if fill_precision:
+        precision = given_or_default("precision", precision, DEFAULT_PRECISION)
+    batch_size = given_or_default("batch_size", batch_size, DEFAULT_BATCH_SIZE)
     dep = Deployment(
         model=model_spec,
         gpu=gpu_spec,
         batch_size=batch_size,
-        prompt_tokens=prompt_tokens,
-        generation_tokens=generation_tokens,
-        use=use,
+        prompt_tokens=given_or_default("prompt_tokens", prompt_tokens, DEFAULT_PROMPT_TOKENS),
+        generation_tokens=given_or_default(
+            "generation_tokens", generation_tokens, DEFAULT_GENERATION_TOKENS
+        ),
+        use=given_or_default("use", use, protocols.use_for_batch_size(batch_size)),
     )
     if precision is not None:
         dep = protocols.with_precision(dep, precision, compiled=compiled)
@@ -226,17 +161,39 @@ def build_deployment(
             and dep.quant.method == "bitsandbytes"
             and dep.quant.bits == 8
         ):
-            dep = dep.with_(
-                quant=dep.quant.__class__(
-                    **{**_quant_fields(dep), "int8_threshold": int8_threshold}
-                )
-            )
+            dep = dep.with_(quant=replace(dep.quant, int8_threshold=int8_threshold))
     return dep.validate(), defaults
 
 
-def _quant_fields(dep: Deployment) -> dict[str, Any]:
-    q = dep.quant
-    return {name: getattr(q, name) for name in q.__slots__}  # type: ignore[attr-defined]
+# How to state each fact a question left out (the note beside its default).
+_HOW_TO_STATE: dict[str, Text] = {
+    "gpu": Text(
+        "name a GPU, e.g. 'on an A800' or --gpu a800",
+        "在问题里写上 GPU，例如“在 A800 上”，或用 --gpu a800",
+    ),
+    "precision": Text(
+        "say e.g. 'NF4', 'INT8', 'load_in_8bit=True' or --precision",
+        "写明精度，例如 NF4、INT8、load_in_8bit=True，或用 --precision",
+    ),
+    "batch_size": Text(
+        "say e.g. 'batch size 8' or --batch-size 8",
+        "写明批大小，例如“批大小 8”，或用 --batch-size 8",
+    ),
+    "prompt_tokens": Text(
+        "say e.g. '1024 tokens in' or --prompt-tokens",
+        "写明输入长度，例如“输入 1024”，或用 --prompt-tokens",
+    ),
+    "generation_tokens": Text(
+        "say e.g. '128 tokens out' or --generation-tokens",
+        "写明输出长度，例如“输出 128”，或用 --generation-tokens",
+    ),
+    "use": Text(
+        "served requests from many users, which can be batched; say 'for chat' (one "
+        "interactive user), 'for an API' or 'a batch job', or --use chat|api|batch",
+        "按多用户在线服务计（可合并批处理）；写明“聊天”（单个交互用户）、“API 服务”或“批处理”，"
+        "或用 --use chat|api|batch",
+    ),
+}
 
 
 def settings_for(
@@ -275,85 +232,89 @@ def settings_for(
 
 def honesty_notes(dep: Deployment, precisions: tuple[str, ...]) -> list[HonestyNote]:
     """Published vs measured figures for the GPU/precisions in play, computed from the data."""
-    from ecoguard.knowledge import crossover, find_rows
-
     notes: list[HonestyNote] = []
-    arch = dep.gpu.architecture
     for precision in precisions:
-        if arch and precision in ("nf4", "int8_mixed", "int8_pure"):
-            try:
-                cross = crossover(arch, precision)
-            except Exception:
-                cross = None
-            if (
-                cross is not None
-                and cross.fitted_b is not None
-                and cross.reported_b is not None
-                and abs(cross.fitted_b - cross.reported_b) / cross.reported_b > 0.15
-            ):
-                notes.append(
-                    HonestyNote(
-                        topic=Text(
-                            f"{precision} crossover on {arch}", f"{precision} 在 {arch} 上的交叉点"
-                        ),
-                        measured=cross.fitted_b,
-                        measured_tier=cross.fitted_tier,
-                        published=cross.reported_b,
-                        published_tier=cross.reported_tier,
-                        unit=Text("B params", "十亿参数"),
-                        sources=tuple(list(cross.sources)),
-                        method=cross.method,
-                    )
-                )
+        if dep.gpu.architecture and precision in ("nf4", "int8_mixed", "int8_pure"):
+            note = _crossover_note(dep.gpu.architecture, precision)
+            notes += [note] if note else []
         if dep.gpu.profile and precision not in ("fp16", "bf16", "fp32"):
-            rows = find_rows(gpu=dep.gpu.profile, precision=precision, batch_size=1)
-            measured = [
-                r.delta_vs_fp16_pct
-                for r in rows
-                if r.tier == "measured" and r.delta_vs_fp16_pct is not None
-            ]
-            reported = [
-                r.delta_vs_fp16_pct
-                for r in rows
-                if r.tier == "reported" and r.delta_vs_fp16_pct is not None
-            ]
-            if measured and reported:
-                m_lo, m_hi = min(measured), max(measured)
-                r_lo, r_hi = min(reported), max(reported)
-                if r_hi < m_lo - 5 or r_lo > m_hi + 5:
-                    notes.append(
-                        HonestyNote(
-                            topic=Text(
-                                f"{precision} vs FP16 on {dep.gpu.profile}",
-                                f"{dep.gpu.profile} 上 {precision} 相对 FP16",
-                            ),
-                            measured=[round(m_lo, 1), round(m_hi, 1)],
-                            measured_tier="measured",
-                            published=[round(r_lo, 1), round(r_hi, 1)],
-                            published_tier="reported",
-                            unit=Text("% energy vs FP16", "能耗变化 %"),
-                            sources=tuple(sorted({r.source for r in rows})),
-                        )
-                    )
-            if precision == "int8_pure" and measured and min(measured) > 0:
-                # The publisher's guidance calls pure INT8 a saving on large-memory GPUs; the
-                # measured rows on this GPU all cost more than FP16.
-                notes.append(
-                    HonestyNote(
-                        topic=Text(
-                            f"pure INT8 on {dep.gpu.profile}", f"{dep.gpu.profile} 上的纯 INT8"
-                        ),
-                        measured=[round(min(measured), 1), round(max(measured), 1)],
-                        measured_tier="measured",
-                        published=Text(
-                            "described upstream as an energy saving vs FP16",
-                            "上游资料称其比 FP16 省电",
-                        ),
-                        published_tier="reported",
-                        unit=Text("% energy vs FP16", "相对 FP16 的能耗变化 %"),
-                        sources=tuple(sorted({r.source for r in rows if r.tier == "measured"})),
-                    )
+            notes += _delta_notes(dep.gpu.profile, precision)
+    return notes
+
+
+def _crossover_note(arch: str, precision: str) -> HonestyNote | None:
+    """The fitted crossover size beside the published one, when they differ by over 15%."""
+    try:
+        cross = crossover(arch, precision)
+    except UsageError:  # an architecture the crossover table does not cover
+        return None
+    except Exception as exc:
+        record_fault("advisor.honesty_crossover", exc)
+        return None
+    if (
+        cross.fitted_b is None
+        or cross.reported_b is None
+        or abs(cross.fitted_b - cross.reported_b) / cross.reported_b <= 0.15
+    ):
+        return None
+    return HonestyNote(
+        topic=Text(f"{precision} crossover on {arch}", f"{precision} 在 {arch} 上的交叉点"),
+        measured=cross.fitted_b,
+        measured_tier=cross.fitted_tier,
+        published=cross.reported_b,
+        published_tier=cross.reported_tier,
+        unit=Text("B params", "十亿参数"),
+        sources=tuple(list(cross.sources)),
+        method=cross.method,
+    )
+
+
+def _delta_notes(gpu: str, precision: str) -> list[HonestyNote]:
+    """Where the published change vs FP16 on this GPU lies outside the measured one (by more
+    than 5 points), and pure INT8 described as a saving while every measured row costs more."""
+    rows = find_rows(gpu=gpu, precision=precision, batch_size=1)
+    measured = [
+        r.delta_vs_fp16_pct
+        for r in rows
+        if r.tier == "measured" and r.delta_vs_fp16_pct is not None
+    ]
+    reported = [
+        r.delta_vs_fp16_pct
+        for r in rows
+        if r.tier == "reported" and r.delta_vs_fp16_pct is not None
+    ]
+    notes: list[HonestyNote] = []
+    if measured and reported:
+        m_lo, m_hi = min(measured), max(measured)
+        r_lo, r_hi = min(reported), max(reported)
+        if r_hi < m_lo - 5 or r_lo > m_hi + 5:
+            notes.append(
+                HonestyNote(
+                    topic=Text(f"{precision} vs FP16 on {gpu}", f"{gpu} 上 {precision} 相对 FP16"),
+                    measured=[round(m_lo, 1), round(m_hi, 1)],
+                    measured_tier="measured",
+                    published=[round(r_lo, 1), round(r_hi, 1)],
+                    published_tier="reported",
+                    unit=Text("% energy vs FP16", "能耗变化 %"),
+                    sources=tuple(sorted({r.source for r in rows})),
                 )
+            )
+    if precision == "int8_pure" and measured and min(measured) > 0:
+        # The publisher's guidance calls pure INT8 a saving on large-memory GPUs; the measured
+        # rows on this GPU all cost more than FP16.
+        notes.append(
+            HonestyNote(
+                topic=Text(f"pure INT8 on {gpu}", f"{gpu} 上的纯 INT8"),
+                measured=[round(min(measured), 1), round(max(measured), 1)],
+                measured_tier="measured",
+                published=Text(
+                    "described upstream as an energy saving vs FP16", "上游资料称其比 FP16 省电"
+                ),
+                published_tier="reported",
+                unit=Text("% energy vs FP16", "相对 FP16 的能耗变化 %"),
+                sources=tuple(sorted({r.source for r in rows if r.tier == "measured"})),
+            )
+        )
     return notes
 
 
