@@ -49,51 +49,57 @@ def diagnose_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
         out.append(labels["no_trap"])
         out.append("")
     for item in result.extra.get("explained", []):
-        why = item.get("why")
-        if answer.language == "zh" and item.get("rule") in TRAPS_ZH:
-            why = TRAPS_ZH[item["rule"]][1]
-        if why:
-            out.append(f"{item['rule']}{labels['colon']}{why}")
-        ev = sorted(
-            _relevant_evidence(
-                [e for e in item.get("evidence") or [] if isinstance(e, dict)],
-                result.deployment.gpu.profile if result.deployment else None,
-            ),
-            key=lambda e: e.get("precision") == "fp16",
-        )
-        ev_rows = []
-        for e in ev[:8]:
-            if isinstance(e, dict):
-                delta = _delta_vs_fp16(e, ev)
-                ev_rows.append(
-                    [
-                        str(e.get("id", "-")),
-                        str(e.get("precision", "-")),
-                        fmt(e.get("energy_j_per_1k") or e.get("energy_per_1k_tokens_j")),
-                        "-" if delta is None else f"{delta:+.1f}%",
-                        tier_label(labels, e.get("tier", "-")),
-                    ]
-                )
-        if ev_rows:
-            headers = [
-                labels["h_row"],
-                labels["h_precision"],
-                labels["h_j_1k"],
-                labels["h_vs_fp16"],
-                labels["h_tier"],
-            ]
-            out += make_table(headers, ev_rows, markdown)
-            gpu = result.deployment.gpu.profile if result.deployment else None
-            others = sorted({str(e.get("gpu")) for e in ev if e.get("gpu") != gpu})
-            if gpu and others and all(e.get("gpu") != gpu for e in ev):
-                out.append(
-                    f"(rows measured on {', '.join(others)}: none of this trap's evidence rows is on {gpu})"
-                    if answer.language == "en"
-                    else f"（以上数据测于 {', '.join(others)}：该陷阱没有 {gpu} 上的数据）"
-                )
-        out.append("")
+        out += _explained_lines(answer, item, labels, markdown)
     out += _crossovers(answer, labels, markdown)
     out += _verify_steps(answer, labels, markdown)
+    return out
+
+
+def _explained_lines(
+    answer: Answer, item: dict[str, Any], labels: dict[str, str], markdown: bool
+) -> list[str]:
+    """A matching trap: why (in the answer's language) and its evidence rows, those of the
+    question's GPU first, each with its change vs FP16."""
+    out: list[str] = []
+    why = item.get("why")
+    if answer.language == "zh" and item.get("rule") in TRAPS_ZH:
+        why = TRAPS_ZH[item["rule"]][1]
+    if why:
+        out.append(f"{item['rule']}{labels['colon']}{why}")
+    gpu = answer.result.deployment.gpu.profile if answer.result.deployment else None
+    ev = sorted(
+        _relevant_evidence([e for e in item.get("evidence") or [] if isinstance(e, dict)], gpu),
+        key=lambda e: e.get("precision") == "fp16",
+    )
+    ev_rows = []
+    for e in ev[:8]:
+        delta = _delta_vs_fp16(e, ev)
+        ev_rows.append(
+            [
+                str(e.get("id", "-")),
+                str(e.get("precision", "-")),
+                fmt(e.get("energy_j_per_1k") or e.get("energy_per_1k_tokens_j")),
+                "-" if delta is None else f"{delta:+.1f}%",
+                tier_label(labels, e.get("tier", "-")),
+            ]
+        )
+    if ev_rows:
+        headers = [
+            labels["h_row"],
+            labels["h_precision"],
+            labels["h_j_1k"],
+            labels["h_vs_fp16"],
+            labels["h_tier"],
+        ]
+        out += make_table(headers, ev_rows, markdown)
+        others = sorted({str(e.get("gpu")) for e in ev if e.get("gpu") != gpu})
+        if gpu and others and all(e.get("gpu") != gpu for e in ev):
+            out.append(
+                f"(rows measured on {', '.join(others)}: none of this trap's evidence rows is on {gpu})"
+                if answer.language == "en"
+                else f"（以上数据测于 {', '.join(others)}：该陷阱没有 {gpu} 上的数据）"
+            )
+    out.append("")
     return out
 
 
