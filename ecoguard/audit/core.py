@@ -22,9 +22,10 @@ from ecoguard.audit.result import AuditNote, AuditResult, FileProblem
 from ecoguard.audit.site import RawNote, Site
 from ecoguard.audit.sources import Text, discover, read_source
 from ecoguard.deployment import GpuSpec, ModelSpec
+from ecoguard.engines.engine_args import resolve_model_spec
 from ecoguard.errors import UsageError
 from ecoguard.findings import RULE_IDS, Finding, Location
-from ecoguard.knowledge import resolve_gpu, resolve_model
+from ecoguard.knowledge import resolve_gpu
 from ecoguard.rules import BS1_SUSTAINED_CALLS, evaluate
 
 # Findings whose fix belongs where the quantization config is built, not where it is used.
@@ -332,8 +333,4 @@ def _model_spec(text: str) -> ModelSpec | None:
     if mixture:
         # Every expert's weights are in memory: the total, never the active count.
         return ModelSpec(id=text.strip(), params_b=total_b) if total_b else None
-    try:
-        info = resolve_model(text)
-    except UsageError:
-        return None
-    return info.to_model_spec(info.id or text)
+    return resolve_model_spec(text)

@@ -18,7 +18,10 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
+from ecoguard.errors import UsageError
 from ecoguard.findings import Finding
+from ecoguard.knowledge import resolve_model as knowledge_resolve_model
+from ecoguard.rules import BS1_SUSTAINED_CALLS, evaluate, unquantized_dtype
 
 ENGINES: tuple[str, ...] = ("vllm", "tgi", "sglang", "llamacpp")
 
@@ -279,11 +282,8 @@ def resolve_model_spec(text: str) -> ModelSpec | None:
 
 @lru_cache(maxsize=512)
 def _resolve_model_spec(text: str) -> ModelSpec | None:
-    from ecoguard.errors import UsageError
-    from ecoguard.knowledge import resolve_model
-
     try:
-        info = resolve_model(text)
+        info = knowledge_resolve_model(text)
     except UsageError:
         return None
     return info.to_model_spec(info.id or text)
@@ -321,8 +321,6 @@ def engine_deployment(
     if config.max_num_seqs == 1:
         # One running sequence at most, for the engine's whole life: the serving pattern the
         # batch-size-one rule waits to observe is fixed by configuration.
-        from ecoguard.rules import BS1_SUSTAINED_CALLS
-
         batch = {
             "batch_size": 1,
             "consecutive_bs1_calls": BS1_SUSTAINED_CALLS,
@@ -517,8 +515,6 @@ def engine_findings(facts: EngineFacts, *, settings=None) -> list[Finding]:
     """The guard's rules on an engine's Deployment, with fixes written as the engine's flags
     (``--max-num-seqs``, ``--quantize``) instead of Python calls. Rule ids, moods, impact and
     evidence are the rules' own."""
-    from ecoguard.rules import evaluate
-
     kwargs = {"settings": settings} if settings is not None else {}
     found = evaluate(facts.deployment, **kwargs)
     out = []
@@ -530,8 +526,6 @@ def engine_findings(facts: EngineFacts, *, settings=None) -> list[Finding]:
 
 
 def _engine_wording(finding: Finding, facts: EngineFacts) -> Finding:
-    from ecoguard.rules import unquantized_dtype
-
     config = facts.config
     flags = _FIX_FLAG[config.engine]
     message, fix, summary = finding.message, finding.fix, finding.fix_summary

@@ -27,8 +27,10 @@ import threading
 from dataclasses import dataclass, is_dataclass, replace
 from typing import Any
 
+import ecoguard
 from ecoguard.config import Settings
 from ecoguard.deployment import GpuSpec
+from ecoguard.energy import CallInfo, get_meter
 from ecoguard.engines.engine_args import (
     EngineConfig,
     EngineFacts,
@@ -37,8 +39,10 @@ from ecoguard.engines.engine_args import (
     resolve_model_spec,
 )
 from ecoguard.errors import EnergyTrapError
-from ecoguard.faults import contained, record_fault
+from ecoguard.faults import contained
 from ecoguard.findings import Finding, Location
+from ecoguard.guard.policy import Policy
+from ecoguard.knowledge import resolve_gpu
 
 ENV_FLAG = "ECOGUARD_VLLM"
 
@@ -88,20 +92,14 @@ def _create_engine_config(wrapped, instance, args, kwargs):
             fixed_from = apply_fixes(instance, settings)
     vllm_config = wrapped(*args, **kwargs)
     if settings is not None:
-        try:
+        with contained("vllm.rules", passthrough=(EnergyTrapError,)):
             judge_engine(vllm_config, settings, fixed_from=fixed_from)
-        except EnergyTrapError:
-            raise
-        except Exception as exc:
-            record_fault("vllm.rules", exc)
     return vllm_config
 
 
 def _install() -> Settings:
     """``ecoguard.install()`` from ``ECOGUARD_*`` (idempotent), alerts made visible: vLLM
     configures its own loggers, not ``ecoguard``'s."""
-    import ecoguard
-
     settings = ecoguard.install()
     with contained("vllm.metrics"):
         serve_on_vllm_metrics(settings)
@@ -127,7 +125,10 @@ def serve_on_vllm_metrics(settings: Settings, registry: Any = None) -> Any:
     global _collector
     if settings.metrics_port is not None or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return None
-    from ecoguard.export.prometheus import EcoguardCollector, process_aggregates
+    from ecoguard.export.prometheus import (  # lazy: it imports prometheus_client
+        EcoguardCollector,
+        process_aggregates,
+    )
 
     with _patch_lock:
         if _collector is not None:
@@ -193,8 +194,6 @@ def judge_engine(
     """Run the rules on a built vLLM config and act on them as ``settings`` say: log and
     publish each finding (metrics, ledger), with action ``fix`` for what :func:`apply_fixes`
     changed, and raise EnergyTrapError in strict mode. Returns (finding, action) pairs."""
-    from ecoguard.guard.policy import Policy
-
     config = config_from_vllm(vllm_config)
     if fixed_from is not None:
         # Judge what the user asked for; the fix is reported as applied.
@@ -239,9 +238,6 @@ def _fields(config: EngineConfig) -> dict[str, Any]:
 def _gpu_from_meter() -> GpuSpec:
     """The engine's GPU as the running meter sees it (empty without one)."""
     with contained("vllm.gpu"):
-        from ecoguard.energy import get_meter
-        from ecoguard.knowledge import resolve_gpu
-
         meter = get_meter()
         if meter is not None and meter.tracks:
             name = meter.tracks[0].info.name
@@ -343,8 +339,6 @@ def engine_devices(vllm_config: Any, engine_index: int, device_count: int) -> tu
 def start_attribution(vllm_config: Any, engine_index: int = 0) -> StepAttributor | None:
     """Install ecoguard in this (front-end) process from ``ECOGUARD_*`` and return the
     attributor for one engine; None when the meter is off or there is no GPU to read."""
-    from ecoguard.energy import CallInfo, get_meter
-
     settings = _install()
     meter = get_meter()
     if meter is None or not settings.measure or not meter.tracks:
