@@ -12,6 +12,7 @@ Importing this package imports neither torch nor transformers; :func:`run_bench`
 from __future__ import annotations
 
 from ecoguard.bench.plan import BENCH_PRECISIONS, BenchPlan, parse_precisions, parse_sizes
+from ecoguard.bench.runner import run_bench
 from ecoguard.bench.stats import Summary, summarize
 
 __all__ = [
@@ -23,11 +24,3 @@ __all__ = [
     "run_bench",
     "summarize",
 ]
-
-
-def __getattr__(name: str):
-    if name == "run_bench":
-        from ecoguard.bench.runner import run_bench
-
-        return run_bench
-    raise AttributeError(f"module 'ecoguard.bench' has no attribute {name!r}")

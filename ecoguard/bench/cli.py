@@ -1,11 +1,25 @@
 """``ecoguard bench``: measure a model on this machine and add the rows to the local dataset.
 
-Light at import (argparse only): torch, transformers and the meter load inside the handler.
+Light at import: torch and transformers load inside the run (ecoguard.bench.loading), once the
+arguments are known to be good.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from ecoguard.bench import dataset as data
+from ecoguard.bench import runner
+from ecoguard.bench.plan import BenchPlan, parse_precisions, parse_sizes
+from ecoguard.bench.progress import StderrProgress
+from ecoguard.config import Settings
+from ecoguard.errors import UsageError
+from ecoguard.knowledge import resolve_gpu
+from ecoguard.knowledge.tables import local_data_path
 
 DEFAULT_PRECISIONS = "fp16,nf4,int8_pure,int8_mixed"
 SIMULATED_NOTICE = (
@@ -68,15 +82,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import sys
-    from pathlib import Path
-
-    from ecoguard.bench.plan import BenchPlan, parse_precisions, parse_sizes
-    from ecoguard.config import Settings
-    from ecoguard.knowledge import resolve_gpu
-    from ecoguard.knowledge.tables import local_data_path
-
     plan = BenchPlan(
         model=args.model,
         precisions=parse_precisions(args.precisions),
@@ -96,11 +101,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         _check_out_path(Path(args.out))
 
-    # Heavy imports only now that the input is known to be good.
-    from ecoguard.bench import dataset as data
-    from ecoguard.bench.progress import StderrProgress
-    from ecoguard.bench.runner import run_bench
-
     out_csv = data.CommunityCsv(Path(args.out)) if args.out else None
     text = not args.json
 
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         if out_csv is not None:
             out_csv.append(data.community_row(row, cell, result))
 
-    result = run_bench(
+    result = runner.run_bench(
         plan, settings=settings, on_cell=on_cell, on_start=on_start, progress=StderrProgress()
     )
     if args.json:
@@ -233,15 +233,11 @@ def _print_summary(result, dataset, out_csv) -> None:
 
 
 def _quote(text: str) -> str:
-    import shlex
-
     return shlex.quote(text)
 
 
-def _check_out_path(path: Path) -> None:  # noqa: F821 - pathlib is imported in run()
+def _check_out_path(path: Path) -> None:
     """``--out`` names a CSV file to write: said before the runs, not after minutes of them."""
-    from ecoguard.errors import UsageError
-
     try:
         is_dir, parent_is_dir = path.is_dir(), path.parent.is_dir()
     except OSError as exc:  # a name too long, or not a name this file system takes

@@ -8,9 +8,12 @@ so the runner can report that cell as skipped and go on with the others.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
+
+_log = logging.getLogger("ecoguard.bench")
 
 BNB_PRECISIONS = frozenset({"nf4", "nf4_dq", "int8_mixed", "int8_pure"})
 TORCHAO_PRECISIONS = frozenset({"fp8_weight_only", "fp8_dynamic"})
@@ -136,7 +139,8 @@ def _config_loads(model_id: str) -> bool:
 
     try:
         AutoConfig.from_pretrained(model_id)
-    except Exception:
+    except Exception as exc:
+        _log.debug("ecoguard bench: the config of %s does not load: %r", model_id, exc)
         return False
     return True
 
@@ -152,7 +156,8 @@ def parameter_count(model: Any) -> int:
     """Parameters of the loaded model; transformers counts packed 4-bit weights at full size."""
     try:
         return int(model.num_parameters())
-    except Exception:
+    except Exception as exc:
+        _log.debug("ecoguard bench: num_parameters() failed (%r); counting tensors", exc)
         return int(sum(p.numel() for p in model.parameters()))
 
 
@@ -162,7 +167,8 @@ def load_tokenizer(model_id: str) -> Any | None:
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(model_id)
-    except Exception:
+    except Exception as exc:
+        _log.debug("ecoguard bench: no tokenizer for %s (%r); random-id prompts", model_id, exc)
         return None
 
 

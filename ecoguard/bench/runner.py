@@ -26,8 +26,13 @@ from ecoguard.bench.loading import CellSkipped
 from ecoguard.bench.plan import BenchPlan
 from ecoguard.bench.stats import RunSample, Summary, summarize
 from ecoguard.config import Settings
+from ecoguard.energy import CallInfo, Meter
+from ecoguard.energy.backends import NvmlBackend, SimulatedBackend
 from ecoguard.errors import BackendError, UsageError
 from ecoguard.faults import record_fault
+from ecoguard.findings import RULE_IDS
+from ecoguard.guard.install import current_settings, install, is_installed
+from ecoguard.knowledge import model_registry, resolve_gpu, resolve_model
 
 _log = logging.getLogger("ecoguard.bench")
 
@@ -192,16 +197,9 @@ def guard_rules_off() -> Iterator[None]:
     """If ecoguard's guard is installed in this process, switch every rule off for the bench
     (the traps are what is being measured: a ``fix`` would change the configuration, a ``strict``
     would refuse it) and restore the user's settings afterwards. Nothing happens otherwise."""
-    try:
-        from ecoguard.guard.install import current_settings, install, is_installed
-    except ImportError:
-        yield
-        return
     if not is_installed():
         yield
         return
-    from ecoguard.findings import RULE_IDS
-
     previous = current_settings()
     assert previous is not None
     install(settings=previous.with_(rules={**previous.rules, **dict.fromkeys(RULE_IDS, "off")}))
@@ -218,9 +216,6 @@ def make_meter(plan: BenchPlan, settings: Settings) -> Any:
     """A private meter for the bench (not the process-wide one: a guard measuring the same calls
     on a shared meter would split each window's energy in two). ``auto`` is NVML when it starts,
     else the simulated GPU; ``nvml`` that cannot start is a usage error."""
-    from ecoguard.energy import Meter
-    from ecoguard.energy.backends import NvmlBackend, SimulatedBackend
-
     if plan.backend == "simulated":
         backend: Any = SimulatedBackend.from_settings(settings)
     else:
@@ -266,11 +261,11 @@ def _session_info(plan: BenchPlan, meter: Any, device: str) -> SessionInfo:
     name = track.info.name
     profile = None
     try:
-        from ecoguard.knowledge import resolve_gpu
-
         profile = resolve_gpu(getattr(meter.backend, "profile_key", None) or name)
-    except Exception:
+    except UsageError:  # a GPU the table does not know: the driver's name only
         profile = None
+    except Exception as exc:  # tables unreadable: the driver's name only, and said
+        record_fault("bench.gpu_profile", exc)
     driver = None
     nvml = getattr(meter.backend, "_nvml", None)
     if nvml is not None:
@@ -406,8 +401,6 @@ def _loop(plan, meter, result, on_cell, progress, sleep, torch) -> None:
 
 
 def _run_cell(plan, meter, model, prompts, cell, progress, sleep, torch, on_cuda) -> None:
-    from ecoguard.energy import CallInfo
-
     batch_size = cell.batch_size
     done_calls = 0
     if on_cuda:
@@ -495,12 +488,13 @@ def _peak_rss_gb() -> float | None:
 
 def _registry_key(model: str) -> str:
     try:
-        from ecoguard.knowledge import model_registry, resolve_model
-
         info = resolve_model(model)
-        return info.id if info.id in model_registry() else ""
-    except Exception:
+    except UsageError:  # a local checkpoint or an id outside the registry
         return ""
+    except Exception as exc:  # tables unreadable: no registry key, and said
+        record_fault("bench.registry_key", exc)
+        return ""
+    return info.id if info.id in model_registry() else ""
 
 
 @contextmanager

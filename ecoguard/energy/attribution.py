@@ -242,7 +242,8 @@ class GpuTrack:
             return False
         try:
             return power_method(self.index) == "power_usage"
-        except Exception:
+        except Exception as exc:
+            record_fault("meter.power_method", exc)
             return False
 
     def read(self) -> Reading:

@@ -32,10 +32,12 @@ from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
 from ecoguard.energy.attribution import GpuTrack, Reading
 from ecoguard.energy.backends import DeviceInfo, PowerBackend, choose_backend
 from ecoguard.energy.sampler import Sampler
+from ecoguard.errors import UsageError
 from ecoguard.faults import fault_counts, record_fault
 from ecoguard.faults import reinit_after_fork as reinit_faults_after_fork
 from ecoguard.forking import register_fork_hooks
 from ecoguard.knowledge import estimator as knowledge_estimator
+from ecoguard.knowledge import region, resolve_gpu
 
 _log = logging.getLogger("ecoguard.energy")
 
@@ -161,8 +163,6 @@ class _Pricing:
         price, gco2, pue = settings.price_usd_per_kwh, settings.grid_gco2_per_kwh, settings.pue
         if price is None or gco2 is None or pue is None:
             try:
-                from ecoguard.knowledge import region
-
                 grid = region(settings.region)
                 price = grid.price_usd_per_kwh if price is None else price
                 gco2 = grid.gco2_per_kwh if gco2 is None else gco2
@@ -511,10 +511,11 @@ class Meter:
 
 def _profile_key(gpu_name: str) -> str | None:
     try:
-        from ecoguard.knowledge import resolve_gpu
-
         return resolve_gpu(gpu_name).key
-    except Exception:
+    except UsageError:  # a GPU the table does not know
+        return None
+    except Exception as exc:  # tables unreadable
+        record_fault("meter.profile", exc)
         return None
 
 

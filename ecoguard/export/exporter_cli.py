@@ -7,18 +7,22 @@ tokens and attributed energy to prometheus_client's multiprocess files
 (``PROMETHEUS_MULTIPROC_DIR``), which the sidecar merges into the same scrape. One target per
 host, no double counting. See docs/metrics.md.
 
-This module stays light at import (argparse only); the handler imports the meter and
-prometheus_client.
+This module stays light at import: prometheus_client is imported by the handler only.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import socket
 import sys
+import threading
 from typing import Any
 
-from ecoguard.errors import UsageError
+from ecoguard import energy
+from ecoguard.config import Settings
+from ecoguard.errors import BackendError, UsageError
 
 
 def register(subparsers: Any) -> None:
@@ -77,7 +81,7 @@ def build_registry(settings: Any, meter: Any, multiproc_dir: str | None) -> Any:
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
 
-    from ecoguard.export.prometheus import EcoguardCollector
+    from ecoguard.export.prometheus import EcoguardCollector  # lazy: prometheus_client
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EcoguardCollector(aggregates=None, meter=meter, settings=settings))
@@ -89,8 +93,6 @@ def build_registry(settings: Any, meter: Any, multiproc_dir: str | None) -> Any:
 def _check_address(addr: str, port: int, source: str) -> None:
     """UsageError for an address that cannot be bound whatever the port: bytes that are not a
     host name, or a name that does not resolve (the bind error read 'pick another port')."""
-    import socket
-
     try:
         socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (OSError, UnicodeError, ValueError, TypeError) as exc:
@@ -102,11 +104,6 @@ def _check_address(addr: str, port: int, source: str) -> None:
 
 
 def run_exporter(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
-    from ecoguard.config import Settings
-
     settings = Settings.from_env(
         backend=args.backend, sample_hz=args.sample_hz, metrics_addr=args.addr
     )
@@ -125,14 +122,8 @@ def run_exporter(args: argparse.Namespace) -> int:
         )
     _check_address(settings.metrics_addr, port, "--addr" if args.addr else "ECOGUARD_METRICS_ADDR")
     try:
-        from ecoguard.energy import start_meter, stop_meter
-    except ImportError as exc:
-        print(f"ecoguard: the energy meter is not available: {exc}", file=sys.stderr)
-        return 1
-    from ecoguard.errors import BackendError
-
-    try:
-        meter = start_meter(settings)
+        # The meter only: the sidecar keeps no ledger (ledger_path is None above).
+        meter = energy.start_meter(settings)
     except BackendError as exc:
         # Asked for NVML where there is no driver (or the GPU is gone): a failed check, not a
         # traceback. auto falls back to the simulated backend by itself.
@@ -145,15 +136,13 @@ def run_exporter(args: argparse.Namespace) -> int:
         return 1
     try:
         registry = build_registry(settings, meter, multiproc_dir)
+        from ecoguard.export import prometheus  # lazy: prometheus_client
+
         if args.once:
-            from ecoguard.export.prometheus import render_text
-
-            sys.stdout.write(render_text(registry).decode("utf-8"))
+            sys.stdout.write(prometheus.render_text(registry).decode("utf-8"))
             return 0
-        from ecoguard.export.prometheus import serve_registry
-
         try:
-            server = serve_registry(settings.metrics_addr, port, registry)
+            server = prometheus.serve_registry(settings.metrics_addr, port, registry)
         except OSError as exc:
             print(
                 f"ecoguard: cannot listen on {settings.metrics_addr}:{port}: "
@@ -178,4 +167,4 @@ def run_exporter(args: argparse.Namespace) -> int:
             server.stop()
         return 0
     finally:
-        stop_meter()
+        energy.stop_meter()

@@ -394,8 +394,8 @@ class Ledger:
         if self._conn is not None:
             try:
                 self._conn.close()
-            except Exception:
-                pass
+            except Exception as exc:  # already broken: memory only either way
+                record_fault("ledger.close", exc)
             self._conn = None
         record_fault("ledger.degraded")
         message = (
@@ -517,8 +517,8 @@ def _after_fork_in_child() -> None:
             try:
                 _log.error(message)
                 warnings.warn(message, LedgerWarning, stacklevel=2)
-            except Exception:
-                pass
+            except Exception as warn_exc:  # a warnings filter set to "error": counted above
+                record_fault("ledger.fork", warn_exc)
 
 
 def _abandon_inherited_connection(conn: sqlite3.Connection) -> None:

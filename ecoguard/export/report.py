@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ecoguard.errors import UsageError
+from ecoguard.export.ledger import connect
 
 GROUPINGS: tuple[str, ...] = ("model", "day", "gpu")
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$", re.IGNORECASE)
@@ -198,8 +199,6 @@ def build_report(
     ledger: str | Path, *, since: float | None = None, by: str = "model"
 ) -> dict[str, Any]:
     """Aggregate the ledger at ``ledger``. Missing file -> an empty report with a note."""
-    from ecoguard.export.ledger import connect
-
     if by not in GROUPINGS:
         raise UsageError(f"unknown grouping {by!r}; accepted: {', '.join(GROUPINGS)}")
     path = Path(ledger)

@@ -10,8 +10,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from dataclasses import replace
 from typing import Any
+
+from ecoguard.deployment import Deployment, GpuSpec
+from ecoguard.errors import UsageError
+from ecoguard.faults import fault_counts, record_fault
+from ecoguard.guard import environment
+from ecoguard.guard.install import is_installed
+from ecoguard.knowledge import resolve_gpu
+from ecoguard.rules import evaluate, nightly_versions
+
+_log = logging.getLogger("ecoguard")
 
 
 def register(subparsers: Any) -> None:
@@ -53,8 +64,8 @@ def _gpus(import_torch: bool) -> list[dict[str, Any]]:
         finally:
             pynvml.nvmlShutdown()
         return found
-    except Exception:  # no NVML library or driver: try torch
-        pass
+    except Exception as exc:  # no NVML library or driver: try torch
+        _log.debug("ecoguard doctor: NVML unavailable (%r)", exc)
     if not import_torch:
         return found
     try:
@@ -72,20 +83,14 @@ def _gpus(import_torch: bool) -> list[dict[str, Any]]:
                         "via": "torch.cuda",
                     }
                 )
-    except Exception:
-        pass
+    except Exception as exc:  # torch absent or CUDA broken: no GPU seen
+        _log.debug("ecoguard doctor: torch.cuda unavailable (%r)", exc)
     return found
 
 
 def doctor_report(*, import_torch: bool = True) -> dict[str, Any]:
     """The doctor's findings as a JSON-ready dict."""
-    from ecoguard.deployment import Deployment, GpuSpec
-    from ecoguard.faults import fault_counts
-    from ecoguard.guard.environment import software_versions
-    from ecoguard.guard.install import is_installed
-    from ecoguard.rules import evaluate, nightly_versions
-
-    versions = software_versions()
+    versions = environment.software_versions()
     gpus = _gpus(import_torch)
     gpu = GpuSpec()
     if gpus:
@@ -94,10 +99,11 @@ def doctor_report(*, import_torch: bool = True) -> dict[str, Any]:
         if "compute_capability" in first:
             fields["compute_capability"] = tuple(first["compute_capability"])
         try:
-            from ecoguard.knowledge import resolve_gpu
-
             profile = resolve_gpu(first["name"])
-        except Exception:  # not in the GPU table (or tables absent): the driver's facts only
+        except UsageError:  # not in the GPU table: the driver's facts only
+            profile = None
+        except Exception as exc:  # tables unreadable: the driver's facts, and a counted fault
+            record_fault("guard.doctor_gpu", exc)
             profile = None
         if profile is None:
             gpu = GpuSpec(count=len(gpus), **fields)

@@ -13,8 +13,11 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
+from ecoguard import energy
 from ecoguard.deployment import GpuSpec, SoftwareVersions
+from ecoguard.errors import UsageError
 from ecoguard.faults import record_fault
+from ecoguard.knowledge import resolve_gpu
 
 TRACKED_PACKAGES: tuple[str, ...] = ("torch", "transformers", "bitsandbytes", "torchao")
 
@@ -44,7 +47,8 @@ def is_interactive() -> bool:
     if ipython is not None:
         try:
             return ipython.get_ipython() is not None
-        except Exception:
+        except Exception as exc:
+            record_fault("guard.interactive", exc)
             return False
     return False
 
@@ -55,19 +59,16 @@ def _profile(name: str | None) -> Any:
     if not name:
         return None
     try:
-        from ecoguard.knowledge import resolve_gpu
-
         return resolve_gpu(name)
-    except Exception:
+    except UsageError:  # a GPU the table does not know
+        return None
+    except Exception as exc:  # tables unreadable
+        record_fault("guard.gpu_profile", exc)
         return None
 
 
 def _gpu_from_meter() -> GpuSpec | None:
-    try:
-        from ecoguard.energy import get_meter
-    except ImportError:
-        return None
-    meter = get_meter()
+    meter = energy.get_meter()
     if meter is None:
         return None
     states = meter.gpu_states()

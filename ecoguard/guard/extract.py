@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ecoguard.deployment import Deployment, ModelSpec, QuantSpec
+from ecoguard.errors import UsageError
+from ecoguard.faults import record_fault
+from ecoguard.knowledge import resolve_model
 
 _DTYPE_NAMES: dict[str, str] = {
     "float16": "fp16",
@@ -194,10 +197,11 @@ def _params_from_registry(model_id: str | None) -> ModelSpec | None:
     if not model_id:
         return None
     try:
-        from ecoguard.knowledge import resolve_model
-
         info = resolve_model(model_id)
-    except Exception:  # unknown to the registry, or tables absent
+    except UsageError:  # unknown to the registry
+        return None
+    except Exception as exc:  # tables unreadable
+        record_fault("guard.extract", exc)
         return None
     return info.to_model_spec(model_id)
 
@@ -241,7 +245,10 @@ def first_parameter(model: Any) -> Any | None:
     """The model's first parameter (``model.parameters()``), or None when it has none."""
     try:
         return next(iter(model.parameters()))
-    except Exception:
+    except (StopIteration, AttributeError, TypeError):  # no parameters, or not a torch module
+        return None
+    except Exception as exc:
+        record_fault("guard.extract", exc)
         return None
 
 
@@ -262,7 +269,10 @@ def facts_from_model(model: Any, base: Deployment | None = None) -> Deployment:
     if params_b is None:
         try:
             params_b = model.num_parameters() / 1e9
-        except Exception:
+        except (AttributeError, TypeError):  # not a transformers model
+            params_b = None
+        except Exception as exc:
+            record_fault("guard.extract", exc)
             params_b = None
     if config is not None:
         spec = model_spec_from_config(config, model_id, params_b)
@@ -328,7 +338,10 @@ def facts_from_generate(
     if mask is not None and batch:
         try:
             prompt_tokens = int(mask.sum()) // batch
-        except Exception:
+        except (AttributeError, TypeError, ValueError):  # a mask that is not a tensor
+            prompt_tokens = prompt
+        except Exception as exc:
+            record_fault("guard.extract", exc)
             prompt_tokens = prompt
     max_new = kwargs.get("max_new_tokens")
     if max_new is None:

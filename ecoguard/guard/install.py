@@ -21,10 +21,9 @@ import os
 import threading
 from typing import Any
 
-from ecoguard import events
+from ecoguard import energy, events
 from ecoguard.batching import BATCH_ROWS, close_all, coalescing_generate
 from ecoguard.config import Settings, parse_rule_overrides
-from ecoguard.energy import CallInfo, get_meter
 from ecoguard.errors import UsageError
 from ecoguard.faults import contained
 from ecoguard.forking import register_fork_hooks
@@ -120,7 +119,7 @@ def install(
         if RUNTIME.settings != settings or not RUNTIME.active:
             RUNTIME.policy = Policy(settings)
         RUNTIME.settings = settings
-        RUNTIME.get_meter, RUNTIME.call_info = get_meter, CallInfo
+        RUNTIME.get_meter, RUNTIME.call_info = energy.get_meter, energy.CallInfo
         RUNTIME.coalesce, RUNTIME.batch_rows = (
             (coalescing_generate, BATCH_ROWS) if settings.batching else (None, None)
         )
