@@ -43,7 +43,7 @@ from ecoguard.advisor.serving import (
 )
 from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
-from ecoguard.deployment import Deployment, GpuSpec
+from ecoguard.deployment import Deployment, GpuSpec, normalize_precision
 from ecoguard.errors import UsageError
 from ecoguard.findings import Mood, weakest_tier
 
@@ -475,8 +475,6 @@ def answer_for_flags(
     """The answer for explicit facts (CLI flags, MCP tool arguments): ``optimize``,
     ``compare``, ``estimate`` or ``diagnose``. Both front doors call this, so
     ``ecoguard optimize --json`` and the MCP ``optimize`` tool return the same thing."""
-    from ecoguard.deployment import normalize_precision
-
     if protocol not in PROTOCOLS or protocol == "audit":
         raise UsageError(f"unknown protocol {protocol!r}")
     spec = PROTOCOLS[protocol]
