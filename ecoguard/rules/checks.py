@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ecoguard import knowledge
 from ecoguard.config import Settings
@@ -135,6 +136,15 @@ def _torch_dtype_code(dtype: str | None) -> str:
     return {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(dtype or "", "torch.float32")
 
 
+def _priced(
+    rule_id: str, deployment: Deployment, fixed: Deployment, ctx: RuleContext, **parts: Any
+) -> Finding:
+    """A finding of ``rule_id`` whose impact is what running ``fixed`` instead would save (the
+    estimator on both), with the reference rows behind it as evidence."""
+    impact, rows = impact_between(deployment, fixed, ctx.settings)
+    return ROWS[rule_id].finding(impact=impact, evidence=rows, **parts)
+
+
 def check_int8_mixed(deployment: Deployment, ctx: RuleContext) -> Finding | None:
     """bitsandbytes 8-bit with the default outlier threshold (6.0) runs the mixed-precision
     decomposition on every matmul, which is what makes LLM.int8() slower than FP16."""
@@ -154,9 +164,12 @@ def check_int8_mixed(deployment: Deployment, ctx: RuleContext) -> Finding | None
             pre_quantized=quant.pre_quantized,
         ),
     )
-    impact, rows = impact_between(deployment, fixed, ctx.settings)
     threshold = 6.0 if quant.int8_threshold is None else quant.int8_threshold
-    return ROWS["int8-mixed"].finding(
+    return _priced(
+        "int8-mixed",
+        deployment,
+        fixed,
+        ctx,
         mood=Mood.ORANGE,
         message=(
             f"bitsandbytes 8-bit with llm_int8_threshold={threshold:g} splits every matmul into an "
@@ -164,8 +177,6 @@ def check_int8_mixed(deployment: Deployment, ctx: RuleContext) -> Finding | None
         ),
         fix="BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0)",
         fix_summary="set llm_int8_threshold=0.0 (pure INT8 matmuls)",
-        impact=impact,
-        evidence=rows,
         details=(("int8_threshold", threshold),),
     )
 
@@ -180,13 +191,16 @@ def check_small_model_quant(deployment: Deployment, ctx: RuleContext) -> Finding
         return None
     dtype = unquantized_dtype(deployment)
     fixed = _unquantized(deployment)
-    impact, rows = impact_between(deployment, fixed, ctx.settings)
     dtype_note = (
         f"dtype={_torch_dtype_code(dtype)}"
         if dtype
         else "the default dtype (fp32 on CPU; use torch.float16/bfloat16 on a GPU)"
     )
-    return ROWS["small-model-quant"].finding(
+    return _priced(
+        "small-model-quant",
+        deployment,
+        fixed,
+        ctx,
         mood=Mood.ORANGE,
         message=_small_model_message(deployment, threshold),
         fix=(
@@ -198,8 +212,6 @@ def check_small_model_quant(deployment: Deployment, ctx: RuleContext) -> Finding
             )
         ),
         fix_summary=f"drop quantization and load in {dtype_note}",
-        impact=impact,
-        evidence=rows,
         details=(
             ("threshold_b", round(threshold.size_b, 2)),
             ("threshold_basis", threshold.basis),
@@ -256,9 +268,12 @@ def check_fp8_eager(deployment: Deployment, ctx: RuleContext) -> Finding | None:
     if not is_fp8 or quant.compiled is True:
         return None
     fixed = _unquantized(deployment)
-    impact, rows = impact_between(deployment, fixed, ctx.settings)
     dtype = unquantized_dtype(deployment) or "bf16"
-    return ROWS["fp8-eager"].finding(
+    return _priced(
+        "fp8-eager",
+        deployment,
+        fixed,
+        ctx,
         mood=Mood.RED,
         message=(
             "torchao float8 weights run through eager dequantization without torch.compile, "
@@ -269,8 +284,6 @@ def check_fp8_eager(deployment: Deployment, ctx: RuleContext) -> Finding | None:
             "  # or keep FP8 and run model = torch.compile(model)"
         ),
         fix_summary=f"load in {dtype} without TorchAoConfig (or torch.compile the FP8 model)",
-        impact=impact,
-        evidence=rows,
     )
 
 
@@ -313,8 +326,11 @@ def check_batch_size_one(deployment: Deployment, ctx: RuleContext) -> Finding | 
         return None
     target = max(2, ctx.settings.max_batch_size)
     fixed = deployment.with_(batch_size=target, consecutive_bs1_calls=0)
-    impact, rows = impact_between(deployment, fixed, ctx.settings)
-    return ROWS["batch-size-one"].finding(
+    return _priced(
+        "batch-size-one",
+        deployment,
+        fixed,
+        ctx,
         mood=Mood.YELLOW,
         message=(
             f"{deployment.consecutive_bs1_calls} consecutive generate calls ran one request "
@@ -333,8 +349,6 @@ def check_batch_size_one(deployment: Deployment, ctx: RuleContext) -> Finding | 
             if ctx.settings.batching
             else f"batch concurrent requests (up to {target} per call)"
         ),
-        impact=impact,
-        evidence=rows,
         details=(("consecutive_bs1_calls", deployment.consecutive_bs1_calls),),
     )
 
@@ -351,9 +365,12 @@ def check_bf16_unsupported(deployment: Deployment, ctx: RuleContext) -> Finding 
     fixed = deployment.with_(
         dtype="fp16", precision="fp16" if deployment.precision == "bf16" else deployment.precision
     )
-    impact, rows = impact_between(deployment, fixed, ctx.settings)
     where = gpu.name or gpu.profile or gpu.architecture
-    return ROWS["bf16-unsupported"].finding(
+    return _priced(
+        "bf16-unsupported",
+        deployment,
+        fixed,
+        ctx,
         mood=Mood.ORANGE,
         message=(
             f"{where} has no bf16 tensor cores, so bf16 matmuls fall back to slow paths and "
@@ -361,8 +378,6 @@ def check_bf16_unsupported(deployment: Deployment, ctx: RuleContext) -> Finding 
         ),
         fix="AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.float16)",
         fix_summary="use fp16 instead of bf16",
-        impact=impact,
-        evidence=rows,
     )
 
 
