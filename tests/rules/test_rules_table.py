@@ -461,3 +461,54 @@ def test_vram_overflow_fix_matches_what_overflows():
     )
     (finding,) = evaluate(cache_too_big, only=["vram-overflow"])
     assert "max_new_tokens" in finding.fix
+
+
+def test_every_finding_takes_its_id_title_and_changes_outputs_from_the_rule_table(monkeypatch):
+    # One deployment per rule that fires it; each finding must read as its row of RULES says.
+    small = ModelSpec(id="m", params_b=0.5)
+    firing = {
+        "int8-mixed": dep(precision="int8_mixed", quant=bnb8()),
+        "small-model-quant": dep(model=small, gpu=A800, precision="nf4"),
+        "fp8-eager": dep(
+            precision="fp8_weight_only",
+            quant=QuantSpec(method="torchao", bits=8, quant_type="float8_weight_only"),
+        ),
+        "nightly-build": dep(software=SoftwareVersions(torch="2.6.0.dev20240101")),
+        "batch-size-one": dep(batch_size=1, consecutive_bs1_calls=BS1_SUSTAINED_CALLS),
+        "bf16-unsupported": dep(gpu=T4, precision="bf16", dtype="bf16"),
+        "vram-overflow": dep(model=ModelSpec(id="m", params_b=70.0), gpu=T4, precision="fp16"),
+        "reference-deviation": dep(precision="fp16", gpu=A800),
+    }
+    assert tuple(firing) == RULE_IDS
+    for rule_id, deployment in firing.items():
+        if rule_id == "reference-deviation":  # it needs a reference: 0.5 J/token, 4x below
+            reference = lambda: lambda d, **kw: _Est(500.0)  # noqa: E731
+            monkeypatch.setattr(impact_module, "estimator_provider", reference)
+        found = evaluate(deployment, only=[rule_id], measured_j_per_token=2.0)
+        assert len(found) == 1, rule_id
+        (finding,) = found
+        spec = RULES[rule_id]
+        assert (finding.rule, finding.title) == (spec.id, spec.title)
+        assert finding.changes_outputs is spec.changes_outputs
+        assert finding.mood in spec.moods
+
+
+def test_the_rule_table_does_not_import_the_checks():
+    # The dependency points one way: checks -> table, and ecoguard.rules joins the two.
+    import ast
+    from pathlib import Path
+
+    import ecoguard.rules.table as table
+
+    tree = ast.parse(Path(table.__file__).read_text(encoding="utf-8"))
+    imported = {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert not {name for name in imported if name.startswith("ecoguard.rules")}, imported
