@@ -218,60 +218,68 @@ def figure(est_dict: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def money_for(
-    est_dict: dict[str, Any],
-    *,
-    currency: str = "USD",
-    cny_per_usd: float | None = None,
-    price_per_kwh: float | None = None,
-    price_currency: str | None = None,
-    language: str = "en",
-) -> dict[str, Any]:
-    """Cost of the estimate's monthly volume in USD and, when it can be known, CNY."""
-    monthly = monthly_of(est_dict)
-    kwh = monthly.get("energy_kwh")
-    usd = monthly.get("cost_usd")
-    cny: float | None = None
-    notes: list[str] = []
-    local: float | None = None
-    if kwh is not None and price_per_kwh is not None and price_currency == "CNY":
-        cny = kwh * price_per_kwh
-        usd = cny / cny_per_usd if cny_per_usd else None
-    elif kwh is not None and price_per_kwh is not None and price_currency not in (None, "USD"):
-        # A price in another currency (EUR, GBP...): the cost in that currency, and no USD
-        # figure, since no exchange rate is known.
-        local, usd = kwh * price_per_kwh, None
-        currency = price_currency
-        notes.append(
-            Text(
-                f"Priced at {price_per_kwh:g} {price_currency}/kWh as given; no USD figure "
-                "(no exchange rate).",
-                f"按给出的 {price_per_kwh:g} {price_currency}/kWh 计价；没有汇率，不显示美元。",
-            ).get(language)
-        )
-    elif usd is not None and cny_per_usd:
-        cny = usd * cny_per_usd
-    if currency == "CNY" and cny is None:
-        notes.append(
-            Text(
-                "No exchange rate given, so costs are in USD; add e.g. 'rate 7.2' to see CNY.",
-                "未给出汇率，费用以美元显示；加上如“汇率 7.2”即可换算成人民币。",
-            ).get(language)
-        )
-    return {
-        "requests": monthly.get("requests"),
-        "energy_kwh": kwh,
-        "energy_kwh_range": monthly.get("energy_kwh_range"),
-        "cost_usd": usd,
-        "cost_usd_range": monthly.get("cost_usd_range") if usd == monthly.get("cost_usd") else None,
-        "co2_kg_range": monthly.get("co2_kg_range"),
-        "cost_cny": cny,
-        "cost_local": local,
-        "co2_kg": monthly.get("co2_kg"),
-        "currency": currency if (currency != "CNY" or cny is not None) else "USD",
-        "cny_per_usd": cny_per_usd,
-        "notes": notes,
-    }
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """How a question prices energy: the currency asked for (``USD``/``CNY``), an exchange
+    rate, and a price per kWh in its own currency, each when given."""
+
+    currency: str = "USD"
+    cny_per_usd: float | None = None
+    price_per_kwh: float | None = None
+    price_currency: str | None = None
+    language: str = "en"
+
+    def money(self, est_dict: dict[str, Any]) -> dict[str, Any]:
+        """Cost of the estimate's monthly volume in USD and, when it can be known, CNY (or the
+        question's own currency when it priced electricity in one without a rate)."""
+        monthly = monthly_of(est_dict)
+        kwh = monthly.get("energy_kwh")
+        usd = monthly.get("cost_usd")
+        currency, cny_per_usd, language = self.currency, self.cny_per_usd, self.language
+        price_per_kwh, price_currency = self.price_per_kwh, self.price_currency
+        cny: float | None = None
+        notes: list[str] = []
+        local: float | None = None
+        if kwh is not None and price_per_kwh is not None and price_currency == "CNY":
+            cny = kwh * price_per_kwh
+            usd = cny / cny_per_usd if cny_per_usd else None
+        elif kwh is not None and price_per_kwh is not None and price_currency not in (None, "USD"):
+            # A price in another currency (EUR, GBP...): the cost in that currency, and no USD
+            # figure, since no exchange rate is known.
+            local, usd = kwh * price_per_kwh, None
+            currency = price_currency
+            notes.append(
+                Text(
+                    f"Priced at {price_per_kwh:g} {price_currency}/kWh as given; no USD figure "
+                    "(no exchange rate).",
+                    f"按给出的 {price_per_kwh:g} {price_currency}/kWh 计价；没有汇率，不显示美元。",
+                ).get(language)
+            )
+        elif usd is not None and cny_per_usd:
+            cny = usd * cny_per_usd
+        if currency == "CNY" and cny is None:
+            notes.append(
+                Text(
+                    "No exchange rate given, so costs are in USD; add e.g. 'rate 7.2' to see CNY.",
+                    "未给出汇率，费用以美元显示；加上如“汇率 7.2”即可换算成人民币。",
+                ).get(language)
+            )
+        return {
+            "requests": monthly.get("requests"),
+            "energy_kwh": kwh,
+            "energy_kwh_range": monthly.get("energy_kwh_range"),
+            "cost_usd": usd,
+            "cost_usd_range": (
+                monthly.get("cost_usd_range") if usd == monthly.get("cost_usd") else None
+            ),
+            "co2_kg_range": monthly.get("co2_kg_range"),
+            "cost_cny": cny,
+            "cost_local": local,
+            "co2_kg": monthly.get("co2_kg"),
+            "currency": currency if (currency != "CNY" or cny is not None) else "USD",
+            "cny_per_usd": cny_per_usd,
+            "notes": notes,
+        }
 
 
 def plural(count: int, word: str) -> str:

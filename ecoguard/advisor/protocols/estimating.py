@@ -3,7 +3,6 @@ them, money in the asked currency."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ecoguard.advisor.estimates import (
@@ -13,9 +12,9 @@ from ecoguard.advisor.estimates import (
 )
 from ecoguard.advisor.protocols.base import (
     AdvisorResult,
+    Pricing,
     cited_result,
     equivalents,
-    money_for,
     use_for_batch_size,
 )
 from ecoguard.advisor.protocols.optimizing import optimize
@@ -58,8 +57,8 @@ def estimate(
     )
     findings = _with_batching_finding(run_rules(deployment, settings), optimized_result)
     optimized = optimized_result.optimized if optimized_result else None
-    pricing = _Pricing(currency, cny_per_usd, price_per_kwh, price_currency, language)
-    money = pricing.side_by_side(current, optimized)
+    pricing = Pricing(currency, cny_per_usd, price_per_kwh, price_currency, language)
+    money = _money_side_by_side(pricing, current, optimized)
     cur_money = money["current"]
     return cited_result(
         [*(current.get("rows") or ()), *((optimized or {}).get("rows") or ())],
@@ -108,45 +107,24 @@ def _with_batching_finding(
     return findings
 
 
-@dataclass(frozen=True, slots=True)
-class _Pricing:
-    """How the question prices energy: the currency asked for, an exchange rate and a price per
-    kWh in its own currency, each when given."""
-
-    currency: str
-    cny_per_usd: float | None
-    price_per_kwh: float | None
-    price_currency: str | None
-    language: str
-
-    def money(self, est: dict[str, Any]) -> dict[str, Any]:
-        return money_for(
-            est,
-            currency=self.currency,
-            cny_per_usd=self.cny_per_usd,
-            price_per_kwh=self.price_per_kwh,
-            price_currency=self.price_currency,
-            language=self.language,
-        )
-
-    def side_by_side(
-        self, current: dict[str, Any], optimized: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        """The current configuration's money and, with an optimized one, its money and the
-        saving in each currency both have."""
-        money = {"current": self.money(current)}
-        if not optimized:
-            return money
-        money["optimized"] = self.money(optimized)
-        now, then = money["current"], money["optimized"]
-        for key, saving in (
-            ("cost_usd", "saving_usd"),
-            ("cost_cny", "saving_cny"),
-            ("cost_local", "saving_local"),
-        ):
-            if now[key] is not None and then[key] is not None:
-                money[saving] = round(now[key] - then[key], 2)
+def _money_side_by_side(
+    pricing: Pricing, current: dict[str, Any], optimized: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The current configuration's money and, with an optimized one, its money and the saving
+    in each currency both have."""
+    money = {"current": pricing.money(current)}
+    if not optimized:
         return money
+    money["optimized"] = pricing.money(optimized)
+    now, then = money["current"], money["optimized"]
+    for key, saving in (
+        ("cost_usd", "saving_usd"),
+        ("cost_cny", "saving_cny"),
+        ("cost_local", "saving_local"),
+    ):
+        if now[key] is not None and then[key] is not None:
+            money[saving] = round(now[key] - then[key], 2)
+    return money
 
 
 def _mood(
