@@ -285,15 +285,8 @@ def _serve_guarded(
     out.head(f"Serving the same {len(PROMPTS)} prompts as one batch")
     phases = Phases(batch_size_one=bs1, batched=server.batched())
     say_phase_comparison(out, phases, gpu)
-    return _Served(
-        gpu=gpu,
-        metrics_url=metrics_url,
-        model=demo_model,
-        int8=int8,
-        phases=phases,
-        prompt_tokens=prompts.prompt_tokens,
-        metrics=scrape(metrics_url) if metrics_url else None,
-    )
+    metrics = scrape(metrics_url) if metrics_url else None
+    return _Served(gpu, metrics_url, demo_model, int8, phases, prompts.prompt_tokens, metrics)
 
 
 def _model_info(demo_model: DemoModel) -> ModelInfo:
