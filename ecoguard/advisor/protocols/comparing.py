@@ -41,6 +41,32 @@ class _Verdict:
     findings: list[Finding]
     notes: list[str]
 
+    def result(
+        self,
+        rows: list[dict[str, Any]],
+        sources: list[str] | None = None,
+        *,
+        tier: str,
+        language: str,
+        extra: dict[str, Any],
+        deployment: Deployment | None = None,
+    ) -> AdvisorResult:
+        """The compare answer: the rows shown, with the reference rows behind them cited."""
+        return cited_result(
+            [row_id for row in rows for row_id in row["rows"]],
+            sources or (),
+            protocol="compare",
+            mood=self.mood,
+            language=language,
+            deployment=deployment,
+            findings=tuple(self.findings),
+            recommendation=self.recommendation,
+            rows=tuple(rows),
+            tier=tier,
+            notes=tuple(self.notes),
+            extra=extra,
+        )
+
 
 def compare(
     deployment: Deployment,
@@ -73,19 +99,12 @@ def compare(
     known = [c for c in cells if c["tier"] != "none"]
     findings = run_rules(deployment, settings) if deployment.precision else []
     verdict = _precision_verdict(deployment, cells, ranked, known, findings, language)
-    evidence = [row for cell in cells for row in cell["rows"]]
-    return cited_result(
-        evidence,
+    return verdict.result(
+        cells,
         [src for est in estimates for src in est.get("sources") or ()],
-        protocol="compare",
-        mood=verdict.mood,
+        tier=weakest_tier(c["tier"] for c in known),
         language=language,
         deployment=deployment,
-        findings=tuple(verdict.findings),
-        recommendation=verdict.recommendation,
-        rows=tuple(cells),
-        tier=weakest_tier(c["tier"] for c in known),
-        notes=tuple(verdict.notes),
         extra={"baseline": "fp16"},
     )
 
@@ -193,16 +212,10 @@ def compare_across_models(
         )
     ]
     verdict = _models_verdict(rows_out, wanted, gpu_profile, architecture, language)
-    return cited_result(
-        [row_id for r in rows_out for row_id in r["rows"]],
-        protocol="compare",
-        mood=verdict.mood,
-        language=language,
-        findings=tuple(verdict.findings),
-        recommendation=verdict.recommendation,
-        rows=tuple(rows_out),
+    return verdict.result(
+        rows_out,
         tier=weakest_tier(r["tier"] for r in rows_out),
-        notes=tuple(verdict.notes),
+        language=language,
         extra={"scope": "models", "gpu": gpu_profile},
     )
 
