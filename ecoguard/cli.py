@@ -33,7 +33,7 @@ COMMANDS: dict[str, str] = {
     "report": "ecoguard.export.cli",
     "exporter": "ecoguard.export.exporter_cli",
     "doctor": "ecoguard.guard.cli",
-    "demo": "ecoguard.demo",
+    "demo": "ecoguard.demo.cli",
     "bench": "ecoguard.bench.cli",
     "mcp": "ecoguard.mcp.cli",
 }

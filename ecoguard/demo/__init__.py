@@ -19,14 +19,14 @@ verdict), ``summary`` (the typed summary; ``DemoSummary.to_dict()`` is the ``--j
 ``render`` (the text).
 
 Importing this package is light (no torch, transformers or prometheus_client): the CLI imports
-it for ``ecoguard demo``, and torch and transformers are imported when the demo runs.
+``ecoguard.demo.cli`` for ``ecoguard demo`` (and ``--help``), and torch and transformers are
+imported when the demo runs.
 """
 
 from __future__ import annotations
 
-from ecoguard.demo.cli import register
 from ecoguard.demo.phases import quiet_third_parties, run_demo
 from ecoguard.demo.serving import PROMPTS
 from ecoguard.demo.summary import DemoSummary
 
-__all__ = ["PROMPTS", "DemoSummary", "quiet_third_parties", "register", "run_demo"]
+__all__ = ["PROMPTS", "DemoSummary", "quiet_third_parties", "run_demo"]
