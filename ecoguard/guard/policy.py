@@ -12,7 +12,8 @@ import logging
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from ecoguard import events
 from ecoguard.config import Settings
@@ -37,6 +38,24 @@ _MACHINERY_PREFIXES: tuple[str, ...] = (
     "threading",
     "concurrent.",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class FixOutcome:
+    """What a fixer did with one finding whose action is ``fix``.
+
+    ``changed``: what was changed (the finding is reported as ``fix``); ``why_not``: why nothing
+    was (appended to the finding's fix summary, reported as ``warn``); ``deferred``: the caller
+    reports it later itself (a fix that can only be applied once the weights are loaded)."""
+
+    changed: str | None = None
+    why_not: str | None = None
+    deferred: bool = False
+
+
+NO_FIX = FixOutcome()
+
+Fixer = Callable[[Finding], FixOutcome]
 
 
 def user_call_site(skip: int = 1) -> tuple[Location, str]:
@@ -115,6 +134,50 @@ class Policy:
             )
         except Exception as exc:
             record_fault("guard.report", exc)
+
+    def act_on(
+        self,
+        findings: Sequence[Finding],
+        *,
+        source: str,
+        deployment: Deployment | None,
+        where: str,
+        fix: Fixer | None = None,
+        call_site: tuple[Location, str] | None = None,
+    ) -> None:
+        """Do what the settings say with ``findings``, in their order.
+
+        ``strict``: every strict finding is reported, then all are refused at once with an
+        ``EnergyTrapError`` naming ``where``, before any fix is applied. ``fix``: ``fix(finding)``
+        applies the correction and says what it did (:class:`FixOutcome`); with no fixer, or
+        nothing changed, the finding is reported as ``warn``. ``warn``: reported."""
+        refused = [f for f in findings if self.action_for(f.rule) == "strict"]
+        if refused:
+            for finding in refused:
+                self.report(
+                    finding,
+                    action="strict",
+                    source=source,
+                    deployment=deployment,
+                    call_site=call_site,
+                )
+            raise self.refuse(refused, where=where)
+        for finding in findings:
+            outcome = NO_FIX
+            if fix is not None and self.action_for(finding.rule) == "fix":
+                outcome = fix(finding)
+            if outcome.deferred:
+                continue
+            if outcome.changed is None and outcome.why_not is not None:
+                finding = replace(finding, fix_summary=f"{finding.fix_summary} ({outcome.why_not})")
+            self.report(
+                finding,
+                action="fix" if outcome.changed else "warn",
+                source=source,
+                deployment=deployment,
+                changed=outcome.changed,
+                call_site=call_site,
+            )
 
     def refuse(self, findings: Sequence[Finding], *, where: str) -> EnergyTrapError:
         """The error strict mode raises, naming each trap and its fix."""

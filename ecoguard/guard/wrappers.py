@@ -2,8 +2,9 @@
 
 Both follow one shape: a cheap check that the guard is active and that this is the outermost
 call (context-var depth guard, so assisted decoding or a composite model's inner generate counts
-once), analysis inside ``try/except Exception`` (faults counted, never raised), and the real
-call outside it with the caller's arguments, except for deliberate fixes and ``strict``.
+once), analysis inside ``contained(stage)`` (faults counted, never raised; a strict refusal goes
+through), and the real call outside it with the caller's arguments, except for deliberate fixes
+and ``strict``. What to do with findings is the policy's one loop, :meth:`Policy.act_on`.
 """
 
 from __future__ import annotations
@@ -12,17 +13,17 @@ import contextvars
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.errors import EnergyTrapError
-from ecoguard.faults import record_fault
+from ecoguard.faults import contained, record_fault
 from ecoguard.findings import Finding
 from ecoguard.guard import extract, fixes
 from ecoguard.guard.environment import detect_gpu, is_interactive, software_versions
-from ecoguard.guard.policy import Policy, user_call_site
+from ecoguard.guard.policy import NO_FIX, Fixer, FixOutcome, Policy, user_call_site
 from ecoguard.guard.tokens import count_generated, output_sequences
 from ecoguard.rules import BS1_SUSTAINED_CALLS, RULES, evaluate
 
@@ -34,6 +35,9 @@ _generate_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
     "ecoguard_generate_depth", default=0
 )
 _load_depth: contextvars.ContextVar[int] = contextvars.ContextVar("ecoguard_load_depth", default=0)
+
+# What the fail-open blocks let through: a strict-mode refusal is the guard's decision, not a fault.
+_REFUSAL: tuple[type[BaseException], ...] = (EnergyTrapError,)
 
 
 @dataclass
@@ -85,61 +89,66 @@ class LoadPlan:
 
 def _plan_load(args: tuple[Any, ...], kwargs: dict[str, Any]) -> LoadPlan:
     runtime = RUNTIME
-    policy = runtime.policy
     facts = extract.facts_from_load_call(args, kwargs)
     deployment = facts.deployment.with_(gpu=detect_gpu(), software=software_versions())
     findings = evaluate(deployment, settings=runtime.settings, only=LOAD_RULES)
-    plan = LoadPlan(deployment=deployment, kwargs=kwargs, call_site=user_call_site(3))
+    plan = LoadPlan(deployment=deployment, kwargs=dict(kwargs), call_site=user_call_site(3))
     if not findings:
+        plan.kwargs = kwargs
         return plan
-    refused = [f for f in findings if policy.action_for(f.rule) == "strict"]
-    if refused:
-        for finding in refused:
-            policy.report(
-                finding,
-                action="strict",
-                source="load",
-                deployment=deployment,
-                call_site=plan.call_site,
-            )
-        raise policy.refuse(refused, where="from_pretrained before loading any weights")
-    call_kwargs = dict(kwargs)
-    quant_dropped = False
+    plan.reported = {finding.rule for finding in findings}
     # Dropping quantization (small-model-quant, fp8-eager) supersedes tuning it (int8-mixed),
     # so those fixes go first; reports keep the severity order otherwise.
     first = {"small-model-quant": 0, "fp8-eager": 0}
-    for finding in sorted(findings, key=lambda f: first.get(f.rule, 1)):
-        plan.reported.add(finding.rule)
-        action = policy.action_for(finding.rule)
-        changed = why_not = None
-        if action == "fix":
-            rule = finding.rule
-            if rule in ("small-model-quant", "fp8-eager") and not quant_dropped:
-                changed, why_not = fixes.fix_unquantize_kwargs(call_kwargs, deployment)
-                quant_dropped = changed is not None
-            elif rule == "int8-mixed" and quant_dropped:
-                why_not = "superseded: quantization was dropped altogether"
-            elif rule == "int8-mixed" and facts.quant_source == "kwargs":
-                changed = fixes.fix_int8_kwargs(call_kwargs)
-            elif rule == "int8-mixed" and facts.quant_source == "checkpoint":
-                plan.post_load_int8_fix = finding  # reported once the layers are changed
-                continue
-            elif rule == "bf16-unsupported":
-                changed, why_not = fixes.fix_bf16_kwargs(call_kwargs)
-            else:
-                why_not = "ecoguard has no automatic fix for this trap"
-        if changed is None and why_not is not None:
-            finding = replace(finding, fix_summary=f"{finding.fix_summary} ({why_not})")
-        policy.report(
-            finding,
-            action="fix" if changed else "warn",
-            source="load",
-            deployment=deployment,
-            changed=changed,
-            call_site=plan.call_site,
-        )
-    plan.kwargs = call_kwargs
+    runtime.policy.act_on(
+        sorted(findings, key=lambda f: first.get(f.rule, 1)),
+        source="load",
+        deployment=deployment,
+        where="from_pretrained before loading any weights",
+        fix=_load_kwargs_fixer(plan, facts.quant_source),
+        call_site=plan.call_site,
+    )
     return plan
+
+
+def _load_kwargs_fixer(plan: LoadPlan, quant_source: str | None) -> Fixer:
+    """Fixes applied to the from_pretrained keyword arguments (``plan.kwargs``, a copy) before
+    any weight is loaded; an int8 fix for a pre-quantized checkpoint waits for the layers."""
+    quant_dropped = False
+
+    def fix(finding: Finding) -> FixOutcome:
+        nonlocal quant_dropped
+        rule = finding.rule
+        if rule in ("small-model-quant", "fp8-eager") and not quant_dropped:
+            changed, why_not = fixes.fix_unquantize_kwargs(plan.kwargs, plan.deployment)
+            quant_dropped = changed is not None
+            return FixOutcome(changed=changed, why_not=why_not)
+        if rule == "int8-mixed" and quant_dropped:
+            return FixOutcome(why_not="superseded: quantization was dropped altogether")
+        if rule == "int8-mixed" and quant_source == "kwargs":
+            return FixOutcome(changed=fixes.fix_int8_kwargs(plan.kwargs))
+        if rule == "int8-mixed" and quant_source == "checkpoint":
+            plan.post_load_int8_fix = finding  # reported once the layers are changed
+            return FixOutcome(deferred=True)
+        if rule == "bf16-unsupported":
+            changed, why_not = fixes.fix_bf16_kwargs(plan.kwargs)
+            return FixOutcome(changed=changed, why_not=why_not)
+        return FixOutcome(why_not="ecoguard has no automatic fix for this trap")
+
+    return fix
+
+
+def _int8_layers_fixer(model: Any, when: str) -> Fixer:
+    """The one fix possible on a loaded model: int8-mixed, by setting the threshold of its
+    Linear8bitLt layers to 0.0; other traps are reported as warnings."""
+
+    def fix(finding: Finding) -> FixOutcome:
+        if finding.rule != "int8-mixed":
+            return NO_FIX
+        layers = fixes.set_int8_threshold_zero(model)
+        return FixOutcome(changed=f"set threshold 0.0 on {layers} Linear8bitLt layers {when}")
+
+    return fix
 
 
 def _finish_load(model: Any, plan: LoadPlan) -> None:
@@ -166,22 +175,14 @@ def _finish_load(model: Any, plan: LoadPlan) -> None:
         for f in evaluate(deployment, settings=runtime.settings, only=LOAD_RULES)
         if f.rule not in plan.reported
     ]
-    for finding in late:
-        action = policy.action_for(finding.rule)
-        changed = None
-        if action == "fix" and finding.rule == "int8-mixed":
-            layers = fixes.set_int8_threshold_zero(model)
-            changed = f"set threshold 0.0 on {layers} Linear8bitLt layers after load"
-        policy.report(
-            finding,
-            action="strict" if action == "strict" else ("fix" if changed else "warn"),
-            source="load",
-            deployment=deployment,
-            changed=changed,
-            call_site=plan.call_site,
-        )
-        if action == "strict":
-            raise policy.refuse([finding], where="the model (found only after loading)")
+    policy.act_on(
+        late,
+        source="load",
+        deployment=deployment,
+        where="the model (found only after loading)",
+        fix=_int8_layers_fixer(model, "after load"),
+        call_site=plan.call_site,
+    )
     _remember(model, deployment)
 
 
@@ -209,20 +210,12 @@ def from_pretrained_wrapper(
     token = _load_depth.set(1)
     try:
         plan = None
-        try:
+        with contained("guard.load", passthrough=_REFUSAL):
             plan = _plan_load(args, kwargs)
-        except EnergyTrapError:
-            raise
-        except Exception as exc:
-            record_fault("guard.load", exc)
         model = wrapped(*args, **(plan.kwargs if plan is not None else kwargs))
         if plan is not None:
-            try:
+            with contained("guard.load.after", passthrough=_REFUSAL):
                 _finish_load(model, plan)
-            except EnergyTrapError:
-                raise
-            except Exception as exc:
-                record_fault("guard.load.after", exc)
         return model
     finally:
         _load_depth.reset(token)
@@ -241,23 +234,13 @@ def _state_for(model: Any) -> ModelState:
         gpu=detect_gpu(), software=software_versions()
     )
     state = _remember(model, deployment)
-    policy = RUNTIME.policy
-    for finding in evaluate(deployment, settings=RUNTIME.settings, only=LOAD_RULES):
-        action = policy.action_for(finding.rule)
-        changed = None
-        if action == "fix" and finding.rule == "int8-mixed":
-            layers = fixes.set_int8_threshold_zero(model)
-            changed = f"set threshold 0.0 on {layers} Linear8bitLt layers of the running model"
-        if action == "strict":
-            policy.report(finding, action="strict", source="generate", deployment=deployment)
-            raise policy.refuse([finding], where="generate")
-        policy.report(
-            finding,
-            action="fix" if changed else "warn",
-            source="generate",
-            deployment=deployment,
-            changed=changed,
-        )
+    RUNTIME.policy.act_on(
+        evaluate(deployment, settings=RUNTIME.settings, only=LOAD_RULES),
+        source="generate",
+        deployment=deployment,
+        where="generate",
+        fix=_int8_layers_fixer(model, "of the running model"),
+    )
     return state
 
 
@@ -284,19 +267,21 @@ def _track_batch_size(state: ModelState, batch_size: int | None) -> None:
         consecutive_bs1_calls=state.consecutive_bs1,
         interactive=is_interactive(),
     )
-    policy = RUNTIME.policy
-    for finding in evaluate(deployment, settings=RUNTIME.settings, only=GENERATE_RULES):
-        action = policy.action_for(finding.rule)
-        if action == "strict":
-            policy.report(finding, action="strict", source="generate", deployment=deployment)
-            raise policy.refuse([finding], where="generate")
-        if action == "fix" and not RUNTIME.settings.batching:
-            finding = replace(
-                finding,
-                fix_summary=finding.fix_summary
-                + " (not applied automatically: turn on ecoguard.install(batching=True))",
-            )
-        policy.report(finding, action="warn", source="generate", deployment=deployment)
+    RUNTIME.policy.act_on(
+        evaluate(deployment, settings=RUNTIME.settings, only=GENERATE_RULES),
+        source="generate",
+        deployment=deployment,
+        where="generate",
+        fix=_batching_fix_note,
+    )
+
+
+def _batching_fix_note(finding: Finding) -> FixOutcome:
+    """batch-size-one has no fix ecoguard applies to one call: batching coalesces calls, and
+    only when it is on."""
+    if RUNTIME.settings.batching:
+        return NO_FIX
+    return FixOutcome(why_not="not applied automatically: turn on ecoguard.install(batching=True)")
 
 
 def generate_wrapper(
@@ -309,14 +294,10 @@ def generate_wrapper(
     token = _generate_depth.set(1)
     try:
         state = None
-        try:
+        with contained("guard.generate", passthrough=_REFUSAL):
             state = runtime.models.get(instance) or _state_for(instance)
             if runtime.coalesce is None or not runtime.settings.batching:
                 _track_batch_size(state, _batch_size(args, kwargs))
-        except EnergyTrapError:
-            raise
-        except Exception as exc:
-            record_fault("guard.generate", exc)
         meter = None
         if runtime.get_meter is not None and state is not None:
             try:
@@ -383,12 +364,8 @@ def _call(
     if state is not None:
         # With batching on, the streak counts what the GPU ran, known only now: concurrent
         # callers that were coalesced are not batch-size-one calls.
-        try:
+        with contained("guard.generate", passthrough=_REFUSAL):
             _track_batch_size(state, achieved or _batch_size(args, kwargs))
-        except EnergyTrapError:
-            raise
-        except Exception as exc:
-            record_fault("guard.generate", exc)
     return result, achieved
 
 
