@@ -56,7 +56,7 @@ class Extractor:
         tree: ast.Module,
         *,
         gpu: GpuSpec,
-        resolve_model,
+        resolve_model: Callable[[str], ModelSpec | None],
         bs1_calls: int,
         lines: Sequence[str] = (),
         line_label: Callable[[int | None], str] = lambda line: f"line {line}",
