@@ -16,6 +16,7 @@ from ecoguard.advisor.protocols.base import (
     TIE_FRACTION,
     UNQUANTIZED,
     AdvisorResult,
+    Quote,
     cited_result,
     figure,
     monthly_of,
@@ -173,8 +174,9 @@ def _precision_verdict(
         and fp16_cell["energy_per_1k_tokens_j"] is not None
         and not quantization_holds(best, fp16_cell)
     ):
-        lowest = {**best, "estimate": best, "batch_size": deployment.batch_size or 1}
-        ref = {**fp16_cell, "estimate": fp16_cell, "batch_size": deployment.batch_size or 1}
+        batch = deployment.batch_size or 1
+        lowest = Quote(best["precision"], batch, best["energy_per_1k_tokens_j"], best)
+        ref = Quote("fp16", batch, fp16_cell["energy_per_1k_tokens_j"], fp16_cell)
         notes.append(uncertain_reason(lowest, ref, language))
         unquantized = [c for c in ranked if c["precision"] in UNQUANTIZED]
         best = unquantized[0] if unquantized else best

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ecoguard.advisor.estimates import (
@@ -16,6 +17,7 @@ from ecoguard.advisor.protocols.base import (
     TIE_FRACTION,
     UNQUANTIZED,
     AdvisorResult,
+    Quote,
     cited_result,
     equivalents,
     figure,
@@ -32,6 +34,72 @@ from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment
 from ecoguard.errors import UsageError
 from ecoguard.findings import TIER_STRENGTH, Finding, Mood, weakest_tier
+
+
+@dataclass(slots=True)
+class _Cell:
+    """One precision x batch size tried: the estimator's figures and, as the search goes on,
+    what ruled it out, whether its saving holds against the FP16 cell (``reference``) at the
+    same batch size, and its rank. ``to_row()`` is the table row the answer shows."""
+
+    precision: str
+    batch_size: int
+    energy: float  # J per 1k generated tokens
+    throughput_tok_s: float | None
+    latency_s: float | None
+    vram_gb: float | None
+    cost_usd_per_month: float | None
+    tier: str
+    rows: list[str]
+    sources: list[str]
+    estimate: dict[str, Any]
+    rejected_by: list[str] | None = None
+    holds: bool | None = None
+    reference: _Cell | None = None
+    rank: int | None = None
+
+    @classmethod
+    def of(cls, precision: str, batch_size: int, est: dict[str, Any]) -> _Cell | None:
+        """The cell for an estimate; None when no energy figure supports it."""
+        energy = figure(est, "energy_per_1k_tokens_j")
+        if energy is None:
+            return None
+        return cls(
+            precision=precision,
+            batch_size=batch_size,
+            energy=energy,
+            throughput_tok_s=figure(est, "throughput_tok_s"),
+            latency_s=figure(est, "latency_s"),
+            vram_gb=figure(est, "vram_gb"),
+            cost_usd_per_month=monthly_of(est).get("cost_usd"),
+            tier=est.get("tier", "none"),
+            rows=list(est.get("rows") or ()),
+            sources=list(est.get("sources") or ()),
+            estimate=est,
+        )
+
+    def quote(self) -> Quote:
+        return Quote(self.precision, self.batch_size, self.energy, self.estimate)
+
+    def to_row(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "precision": self.precision,
+            "batch_size": self.batch_size,
+            "energy_per_1k_tokens_j": self.energy,
+            "throughput_tok_s": self.throughput_tok_s,
+            "latency_s": self.latency_s,
+            "vram_gb": self.vram_gb,
+            "cost_usd_per_month": self.cost_usd_per_month,
+            "tier": self.tier,
+            "rows": self.rows,
+        }
+        if self.rejected_by is not None:
+            row["rejected_by"] = self.rejected_by
+        if self.holds is not None:
+            row["holds"] = self.holds
+        if self.rank is not None:
+            row["rank"] = self.rank
+        return row
 
 
 def _blocking(findings: Iterable[Finding]) -> list[Finding]:
@@ -95,28 +163,28 @@ def optimize(
         serving=use == "api" if serving is None else serving,
         concurrency=concurrency,
         hours_per_day=hours_per_day,
-        target_batch=chosen["batch_size"],
+        target_batch=chosen.batch_size,
     )
     findings, finding = tuple(current_findings), batching_finding(advice, language, usd=usd)
     if finding is not None and not any(f.rule == finding.rule for f in findings):
         findings = (*findings, finding)
         mood = Mood.worst([mood, Mood.YELLOW])
-    money = monthly_of(chosen["estimate"])
+    money = monthly_of(chosen.estimate)
     return cited_result(
-        [*(current_est.get("rows") or ()), *chosen["rows"], *_rows_of(ranked[:6])],
-        [*(current_est.get("sources") or ()), *chosen["sources"]],
+        [*(current_est.get("rows") or ()), *chosen.rows, *_rows_of(ranked[:6])],
+        [*(current_est.get("sources") or ()), *chosen.sources],
         protocol="optimize",
         mood=mood,
         language=language,
         deployment=current_dep,
         findings=findings,
         recommendation=recommendation,
-        rows=tuple(_public(c) for c in ranked),
-        tier=weakest_tier((chosen["tier"], current_est.get("tier", "none"))),
+        rows=tuple(c.to_row() for c in ranked),
+        tier=weakest_tier((chosen.tier, current_est.get("tier", "none"))),
         current=current_est,
-        optimized=chosen["estimate"],
+        optimized=chosen.estimate,
         equivalents=equivalents(money.get("energy_kwh"), money.get("co2_kg"), language),
-        extra={"use": use, "rejected": [_public(r) for r in rejected]},
+        extra={"use": use, "rejected": [r.to_row() for r in rejected]},
         batching=advice,
     )
 
@@ -132,16 +200,16 @@ def _checked_use(deployment: Deployment, use: str | None) -> str:
     return use
 
 
-def _ranked(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _ranked(candidates: list[_Cell]) -> list[_Cell]:
     """The candidates by energy per 1k tokens, lowest first, each given its ``rank``."""
-    ranked = sorted(candidates, key=lambda c: c["energy_per_1k_tokens_j"])
+    ranked = sorted(candidates, key=lambda c: c.energy)
     for rank, cand in enumerate(ranked, start=1):
-        cand["rank"] = rank
+        cand.rank = rank
     return ranked
 
 
-def _rows_of(cells: Iterable[dict[str, Any]]) -> list[str]:
-    return [row for cell in cells for row in cell["rows"]]
+def _rows_of(cells: Iterable[_Cell]) -> list[str]:
+    return [row for cell in cells for row in cell.rows]
 
 
 def _current(deployment: Deployment, use: str) -> Deployment:
@@ -157,7 +225,7 @@ def _nothing_passes(
     current: Deployment,
     current_est: dict[str, Any],
     current_findings: list[Finding],
-    rejected: list[dict[str, Any]],
+    rejected: list[_Cell],
     use: str,
     language: str,
 ) -> AdvisorResult:
@@ -169,7 +237,7 @@ def _nothing_passes(
         deployment=current,
         findings=tuple(current_findings),
         current=current_est,
-        rows=tuple(_public(c) for c in rejected),
+        rows=tuple(c.to_row() for c in rejected),
         notes=(
             Text(
                 "No configuration of this model on this GPU has data that passes the rules.",
@@ -181,34 +249,30 @@ def _nothing_passes(
 
 
 def _recommendation(
-    chosen: dict[str, Any], current_est: dict[str, Any], use: str, reasons: list[str]
+    chosen: _Cell, current_est: dict[str, Any], use: str, reasons: list[str]
 ) -> dict[str, Any]:
     """The chosen configuration with its saving against the current one (energy %, $/month)."""
     current_energy = figure(current_est, "energy_per_1k_tokens_j")
     current_cost = monthly_of(current_est).get("cost_usd")
-    saving_pct = (
-        round((1 - chosen["energy_per_1k_tokens_j"] / current_energy) * 100.0, 1)
-        if current_energy
-        else None
-    )
+    saving_pct = round((1 - chosen.energy / current_energy) * 100.0, 1) if current_energy else None
     saving_usd = (
-        round(current_cost - chosen["cost_usd_per_month"], 2)
-        if current_cost is not None and chosen["cost_usd_per_month"] is not None
+        round(current_cost - chosen.cost_usd_per_month, 2)
+        if current_cost is not None and chosen.cost_usd_per_month is not None
         else None
     )
     return {
-        "precision": chosen["precision"],
-        "batch_size": chosen["batch_size"],
+        "precision": chosen.precision,
+        "batch_size": chosen.batch_size,
         "use": use,
-        "energy_per_1k_tokens_j": chosen["energy_per_1k_tokens_j"],
-        "throughput_tok_s": chosen["throughput_tok_s"],
-        "cost_usd_per_month": chosen["cost_usd_per_month"],
+        "energy_per_1k_tokens_j": chosen.energy,
+        "throughput_tok_s": chosen.throughput_tok_s,
+        "cost_usd_per_month": chosen.cost_usd_per_month,
         "saving_pct": saving_pct,
         "saving_usd_per_month": saving_usd,
-        "tier": chosen["tier"],
-        "changes_outputs": chosen["precision"] not in UNQUANTIZED,
-        "energy_per_1k_tokens_j_range": chosen["estimate"].get("energy_per_1k_tokens_j_range"),
-        "paired_deltas": list(chosen["estimate"].get("paired_deltas") or ()),
+        "tier": chosen.tier,
+        "changes_outputs": chosen.precision not in UNQUANTIZED,
+        "energy_per_1k_tokens_j_range": chosen.estimate.get("energy_per_1k_tokens_j_range"),
+        "paired_deltas": list(chosen.estimate.get("paired_deltas") or ()),
         "reasons": reasons,
     }
 
@@ -239,84 +303,66 @@ def _candidates(
     sizes: Sequence[int],
     settings: Settings,
     requests_per_month: int | None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[_Cell], list[_Cell]]:
     """Every precision x batch size with data: ``(candidates, rejected)``; rejected ones carry
     the rules (or the VRAM overflow) that ruled them out."""
     vram_limit = current.gpu.vram_gb
-    candidates: list[dict[str, Any]] = []
-    rejected: list[dict[str, Any]] = []
+    candidates: list[_Cell] = []
+    rejected: list[_Cell] = []
     for precision in precisions:
         for batch in sizes:
             dep = with_precision(current, precision).with_(batch_size=batch)
-            est = estimate_dict(run_estimate(dep, settings, requests_per_month))
-            energy = figure(est, "energy_per_1k_tokens_j")
-            if energy is None:
+            cell = _Cell.of(
+                precision, batch, estimate_dict(run_estimate(dep, settings, requests_per_month))
+            )
+            if cell is None:
                 continue  # nothing supports this cell; it is not a candidate
-            entry = {
-                "precision": precision,
-                "batch_size": batch,
-                "energy_per_1k_tokens_j": energy,
-                "throughput_tok_s": figure(est, "throughput_tok_s"),
-                "latency_s": figure(est, "latency_s"),
-                "vram_gb": figure(est, "vram_gb"),
-                "cost_usd_per_month": monthly_of(est).get("cost_usd"),
-                "tier": est.get("tier", "none"),
-                "rows": list(est.get("rows") or ()),
-                "sources": list(est.get("sources") or ()),
-                "estimate": est,
-            }
             blocking = _blocking(run_rules(dep, settings))
-            vram = entry["vram_gb"]
             if blocking:
-                entry["rejected_by"] = [f.rule for f in blocking]
-                rejected.append(entry)
-            elif vram_limit and vram and vram > vram_limit:
-                entry["rejected_by"] = ["vram-overflow"]
-                rejected.append(entry)
-            else:
-                candidates.append(entry)
+                cell.rejected_by = [f.rule for f in blocking]
+            elif vram_limit and cell.vram_gb and cell.vram_gb > vram_limit:
+                cell.rejected_by = ["vram-overflow"]
+            (rejected if cell.rejected_by else candidates).append(cell)
     return candidates, rejected
 
 
-def _choose(
-    candidates: list[dict[str, Any]], current_batch: int
-) -> tuple[dict[str, Any], dict[str, Any], float]:
+def _choose(candidates: list[_Cell], current_batch: int) -> tuple[_Cell, _Cell, float]:
     """``(chosen, lowest, best eligible energy)``. Quantizing changes outputs: a quantized
     cell is eligible only when its saving holds across the range the experiments span (the
     FP16 cell at the same batch size is the reference). Near-ties go to unquantized, then the
     stronger tier, then a batch no smaller than the current one."""
-    fp16_at = {c["batch_size"]: c for c in candidates if c["precision"] == "fp16"}
+    fp16_at = {c.batch_size: c for c in candidates if c.precision == "fp16"}
     for cand in candidates:
-        ref = fp16_at.get(cand["batch_size"])
-        cand["holds"] = (
-            cand["precision"] in UNQUANTIZED
+        ref = fp16_at.get(cand.batch_size)
+        cand.holds = (
+            cand.precision in UNQUANTIZED
             or ref is None
-            or quantization_holds(cand["estimate"], ref["estimate"])
+            or quantization_holds(cand.estimate, ref.estimate)
         )
-        cand["reference"] = ref
-    eligible = [c for c in candidates if c["holds"]] or candidates
-    lowest = min(candidates, key=lambda c: c["energy_per_1k_tokens_j"])
-    best_energy = min(c["energy_per_1k_tokens_j"] for c in eligible)
-    near = [c for c in eligible if c["energy_per_1k_tokens_j"] <= best_energy * (1 + TIE_FRACTION)]
+        cand.reference = ref
+    eligible = [c for c in candidates if c.holds] or candidates
+    lowest = min(candidates, key=lambda c: c.energy)
+    best_energy = min(c.energy for c in eligible)
+    near = [c for c in eligible if c.energy <= best_energy * (1 + TIE_FRACTION)]
     chosen = min(
         near,
         key=lambda c: (
-            0 if c["precision"] in UNQUANTIZED else 1,
-            -TIER_STRENGTH.get(c["tier"], 0),
-            c["batch_size"] < current_batch,
-            c["batch_size"],
-            c["energy_per_1k_tokens_j"],
+            0 if c.precision in UNQUANTIZED else 1,
+            -TIER_STRENGTH.get(c.tier, 0),
+            c.batch_size < current_batch,
+            c.batch_size,
+            c.energy,
         ),
     )
     return chosen, lowest, best_energy
 
 
 def _reasons(
-    chosen: dict[str, Any],
-    lowest: dict[str, Any],
+    chosen: _Cell,
+    lowest: _Cell,
     best_energy: float,
-    candidates: list[dict[str, Any]],
-    rejected: list[dict[str, Any]],
+    candidates: list[_Cell],
+    rejected: list[_Cell],
     current: Deployment,
     current_energy: float | None,
     use: str,
@@ -334,9 +380,11 @@ def _reasons(
             f"在 {n_cand} 个通过规则检查的候选中每千 token 能耗最低（{n_out} 个因陷阱被排除）",
         ).get(language)
     ]
-    if lowest is not chosen and not lowest["holds"]:
-        reasons.append(uncertain_reason(lowest, lowest.get("reference") or chosen, language))
-    if chosen["energy_per_1k_tokens_j"] > best_energy:
+    if lowest is not chosen and not lowest.holds:
+        reasons.append(
+            uncertain_reason(lowest.quote(), (lowest.reference or chosen).quote(), language)
+        )
+    if chosen.energy > best_energy:
         reasons.append(
             Text(
                 "within 5% of the lowest, and keeps unquantized outputs",
@@ -344,19 +392,19 @@ def _reasons(
             ).get(language)
         )
     current_batch = current.batch_size or 1
-    if chosen["batch_size"] < current_batch and current_energy:
-        ratio = chosen["energy_per_1k_tokens_j"] / current_energy
+    if chosen.batch_size < current_batch and current_energy:
+        ratio = chosen.energy / current_energy
         why = _smaller_batch_why(current, candidates, rejected, use, language)
         reasons.append(
             Text(
-                f"batch size {chosen['batch_size']} is smaller than your current "
+                f"batch size {chosen.batch_size} is smaller than your current "
                 f"{current_batch}: it costs {(ratio - 1) * 100:+.1f}% energy per token "
                 f"({ratio:.1f}x); {why}",
-                f"批大小 {chosen['batch_size']} 比你当前的 {current_batch} 小："
+                f"批大小 {chosen.batch_size} 比你当前的 {current_batch} 小："
                 f"每 token 能耗 {(ratio - 1) * 100:+.1f}%（{ratio:.1f} 倍）；{why}",
             ).get(language)
         )
-    if use == "chat" and chosen["batch_size"] == 1 and max(sizes) == 1:
+    if use == "chat" and chosen.batch_size == 1 and max(sizes) == 1:
         reasons.append(
             Text(
                 "chat is interactive and no concurrent users are stated: batch size 1",
@@ -367,12 +415,12 @@ def _reasons(
 
 
 def _mood(
-    chosen: dict[str, Any],
+    chosen: _Cell,
     current: Deployment,
     current_findings: list[Finding],
     saving_pct: float | None,
 ) -> Mood:
-    if chosen["precision"] == current.precision and chosen["batch_size"] == current.batch_size:
+    if chosen.precision == current.precision and chosen.batch_size == current.batch_size:
         return Mood.GREEN
     if current_findings:
         return Mood.worst(f.mood for f in current_findings)
@@ -383,19 +431,19 @@ def _mood(
 
 def _smaller_batch_why(
     current: Deployment,
-    candidates: list[dict[str, Any]],
-    rejected: list[dict[str, Any]],
+    candidates: list[_Cell],
+    rejected: list[_Cell],
     use: str,
     language: str,
 ) -> str:
-    at_current = [r for r in rejected if r["batch_size"] == current.batch_size]
+    at_current = [r for r in rejected if r.batch_size == current.batch_size]
     if at_current:
-        rules = sorted({rule for r in at_current for rule in r["rejected_by"]})
+        rules = sorted({rule for r in at_current for rule in r.rejected_by or ()})
         return Text(
             f"at batch size {current.batch_size} every configuration is ruled out ({', '.join(rules)})",
             f"批大小 {current.batch_size} 下所有配置都被排除（{'、'.join(rules)}）",
         ).get(language)
-    if not any(c["batch_size"] == current.batch_size for c in candidates):
+    if not any(c.batch_size == current.batch_size for c in candidates):
         return Text(
             f"no reference data supports batch size {current.batch_size} for a {use} use",
             f"没有参考数据支撑 {use} 用途下的批大小 {current.batch_size}",
@@ -404,7 +452,3 @@ def _smaller_batch_why(
         "within 5% of the lowest energy, at a shorter wait per request",
         "与最低能耗相差不到 5%，且每次请求等待更短",
     ).get(language)
-
-
-def _public(entry: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in entry.items() if k not in ("estimate", "sources", "reference")}
