@@ -16,6 +16,7 @@ import math
 import sys
 from collections.abc import Sequence
 
+from ecoguard import __version__
 from ecoguard.errors import UsageError
 
 # Which module registers each command. Only the module of the command being run is imported,
@@ -49,8 +50,6 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with every command, or with only ``command``'s module when one is named."""
-    from ecoguard import __version__
-
     parser = _Parser(
         prog="ecoguard",
         description="Catch GPU energy traps in LLM serving and measure joules per token.",

@@ -30,12 +30,12 @@ from ecoguard.deployment import Deployment
 from ecoguard.errors import UnknownGpuError, UnknownModelError, UsageError
 from ecoguard.knowledge import tables
 from ecoguard.knowledge.evidence import TIER_ORDER, Evidence, evidence
+from ecoguard.knowledge.fitting import loglog
 from ecoguard.knowledge.ladder import (
     MAX_SIZE_EXTRAPOLATION,
     SWEEP_SOURCE_TAG,
     Basis,
     Query,
-    loglog,
     resolve,
 )
 from ecoguard.knowledge.memory import (  # noqa: F401  (re-exported: the old home of these)

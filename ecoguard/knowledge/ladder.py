@@ -23,15 +23,14 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 from ecoguard.knowledge import tables
 from ecoguard.knowledge.evidence import ConfigKey, Evidence, Figure, _weaker, session_of
+from ecoguard.knowledge.fitting import lerp_log, loglog, lstsq2
 from ecoguard.knowledge.records import GpuProfile, ReferenceRow
 
 MAX_SIZE_EXTRAPOLATION = 2.0
 SWEEP_SOURCE_TAG = "dyn-bssweep"
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,32 +86,6 @@ class Query:
 # ------------------------------------------------------------------------------ ratios
 
 
-def _lerp_log(
-    points: list[tuple[float, float]], x: float, reach: float = MAX_SIZE_EXTRAPOLATION
-) -> float | None:
-    """Interpolate y over ln(x) (points sorted by x, x > 0); beyond the ends, within ``reach``
-    times the nearest size, the OLS line over every point (``Choices.ols_extrapolation``) or the nearest
-    value; None further out."""
-    if not points:
-        return None
-    lo, hi = points[0][0], points[-1][0]
-    if not lo / reach <= x <= hi * reach:
-        return None
-    if (x < lo or x > hi) and CHOICES.ols_extrapolation and len(points) >= 3:
-        return _ols(points, x)
-    if x <= lo:
-        return points[0][1]
-    if x >= hi:
-        return points[-1][1]
-    for (x0, y0), (x1, y1) in pairwise(points):
-        if x0 <= x <= x1:
-            if x1 == x0:
-                return y0
-            t = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            return y0 + t * (y1 - y0)
-    return None
-
-
 def precision_ratio(
     ev: Evidence, gpu: str, precision: str, params_b: float, bs: int, exclude_model: str | None
 ) -> tuple[float, str, tuple[ReferenceRow, ...]] | None:
@@ -133,7 +106,7 @@ def precision_ratio(
             by_size.setdefault(ev.params[model], []).append(math.log(ratio))
             rows.extend(p.row for p in pairs)
         points = sorted((s, statistics.fmean(v)) for s, v in by_size.items())
-        value = _lerp_log(points, params_b, CHOICES.ratio_hold)
+        value = lerp_log(points, params_b, CHOICES.ratio_hold, ols=CHOICES.ols_extrapolation)
         if value is not None:
             sizes = "/".join(f"{s:g}" for s, _ in points)
             desc = (
@@ -145,16 +118,6 @@ def precision_ratio(
     return None
 
 
-def _ols(points: list[tuple[float, float]], x: float) -> float:
-    """y at x on the least-squares line of y over ln(size)."""
-    xs = [math.log(p[0]) for p in points]
-    ys = [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((v - mx) ** 2 for v in xs)
-    slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
-    return my + slope * (math.log(x) - mx)
-
-
 def _sweep_curve(ev: Evidence) -> list[tuple[float, float]]:
     pts = sorted(
         (float(r.batch_size), float(r.energy_j_per_1k))
@@ -163,19 +126,6 @@ def _sweep_curve(ev: Evidence) -> list[tuple[float, float]]:
         if f"/{SWEEP_SOURCE_TAG}" in r.id and r.batch_size and r.energy_j_per_1k
     )
     return pts
-
-
-def loglog(points: list[tuple[float, float]], x: float) -> float:
-    """Piecewise-linear interpolation in log-log space, held flat beyond the ends."""
-    if x <= points[0][0]:
-        return points[0][1]
-    if x >= points[-1][0]:
-        return points[-1][1]
-    for (x0, y0), (x1, y1) in pairwise(points):
-        if x0 <= x <= x1:
-            t = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
-    return points[-1][1]
 
 
 def batch_ratio(
@@ -398,10 +348,14 @@ def _size_rung(ev: Evidence, q: Query) -> Basis | None:
             continue
         sizes = sorted(points)
         log_pts = [(s, math.log(points[s].value)) for s in sizes]
-        value = _lerp_log(log_pts, q.params_b)
+        value = lerp_log(log_pts, q.params_b, MAX_SIZE_EXTRAPOLATION, ols=CHOICES.ols_extrapolation)
         if value is None:
             continue
-        if not sizes[0] <= q.params_b <= sizes[-1] and CHOICES.ols_extrapolation and len(sizes) >= 3:
+        if (
+            not sizes[0] <= q.params_b <= sizes[-1]
+            and CHOICES.ols_extrapolation
+            and len(sizes) >= 3
+        ):
             kind, used = "least-squares extrapolation", tuple(sizes)
         elif not sizes[0] <= q.params_b <= sizes[-1]:
             # beyond the ends: follow the slope of the two nearest sizes, still within 2x
@@ -478,24 +432,9 @@ def gpu_exponents(ev: Evidence) -> tuple[float, float, int]:
                     )
                 )
                 ys.append(math.log(values[a] / values[b]))
-    result = _lstsq2(xs, ys)
+    result = lstsq2(xs, ys)
     ev._memo["exponents"] = result
     return result
-
-
-def _lstsq2(xs: list[tuple[float, float]], ys: list[float]) -> tuple[float, float, int]:
-    """Least squares y = a x0 + b x1 (no intercept: the same GPU has ratio 1), ridge-damped
-    towards (0, 0) so two GPUs sharing one configuration cannot produce wild exponents."""
-    ridge = 0.5
-    s00 = sum(x0 * x0 for x0, _ in xs) + ridge
-    s11 = sum(x1 * x1 for _, x1 in xs) + ridge
-    s01 = sum(x0 * x1 for x0, x1 in xs)
-    t0 = sum(x0 * y for (x0, _), y in zip(xs, ys, strict=True))
-    t1 = sum(x1 * y for (_, x1), y in zip(xs, ys, strict=True))
-    det = s00 * s11 - s01 * s01
-    a = (t0 * s11 - t1 * s01) / det
-    b = (s00 * t1 - s01 * t0) / det
-    return a, b, len(ys)
 
 
 def carry_factor(ev: Evidence, target: GpuProfile, ref: GpuProfile) -> tuple[float, str]:
