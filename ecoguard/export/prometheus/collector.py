@@ -36,7 +36,7 @@ from ecoguard.export.prometheus.spec import (
     SAMPLER_RATE,
     SAMPLER_SAMPLES,
 )
-from ecoguard.faults import fault_counts, record_fault
+from ecoguard.faults import contained, fault_counts
 from ecoguard.rules import RULES
 
 
@@ -111,10 +111,8 @@ class EcoguardCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         families: list[Metric] = []
         for part in (self._collect_devices, self._collect_generation, self._collect_process):
-            try:
+            with contained("metrics.collect"):
                 families.extend(part())
-            except Exception as exc:
-                record_fault("metrics.collect", exc)
         yield from families
 
     # -- parts ----------------------------------------------------------------------------
