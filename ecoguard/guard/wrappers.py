@@ -294,10 +294,17 @@ def generate_wrapper(
     token = _generate_depth.set(1)
     try:
         state = None
-        with contained("guard.generate", passthrough=_REFUSAL):
+        # contained("guard.generate", passthrough=_REFUSAL) spelled out: this block runs on every
+        # call, and a context manager costs more than the rest of the guard's path (1.7 µs of
+        # CPU against 1.5, measured A/B); a try block costs nothing until something raises.
+        try:
             state = runtime.models.get(instance) or _state_for(instance)
             if runtime.coalesce is None or not runtime.settings.batching:
                 _track_batch_size(state, _batch_size(args, kwargs))
+        except _REFUSAL:
+            raise
+        except Exception as exc:
+            record_fault("guard.generate", exc)
         meter = None
         if runtime.get_meter is not None and state is not None:
             try:
