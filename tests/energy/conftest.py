@@ -66,8 +66,11 @@ def nvml_meter(fake_nvml):
 
 @pytest.fixture
 def nvml_clock(fake_nvml_library):
-    """The fake driver's clock: manual once a test enables the driver with ``clock="manual"``."""
-    return FakeNvmlClock(fake_nvml_library)
+    """The fake driver's clock: manual once a test enables the driver with ``clock="manual"``.
+
+    Opened by soname, as pynvml opens the library: another test directory may have loaded its
+    own copy of the fake first, and then that copy is the one whose clock pynvml's reads see."""
+    return FakeNvmlClock()
 
 
 @pytest.fixture

@@ -124,4 +124,4 @@ def driver_clock(fake_nvml_lib):
     sleeping."""
     from ecoguard.testing.fake_nvml import FakeNvmlClock
 
-    return FakeNvmlClock(fake_nvml_lib)
+    return FakeNvmlClock()  # by soname, as pynvml opens it (the copy loaded first)

@@ -164,9 +164,12 @@ class FakeNvmlClock:
 
     Calling it gives the driver's time in seconds: ``CLOCK_MONOTONIC`` (what ``time.monotonic``
     reads on Linux) unless the last ``nvmlInit`` saw ``FAKE_NVML_CLOCK=manual``; then the manual
-    clock, which only :meth:`advance` (and ``tick_s`` per reading) moves. ``library`` is the
-    fake library's path, or None for the ``libnvidia-ml.so.1`` this process has already loaded
-    (see :func:`load_in_process`) or finds on ``LD_LIBRARY_PATH``."""
+    clock, which only :meth:`advance` (and ``tick_s`` per reading) moves.
+
+    ``library`` must be the library pynvml uses: by default the one the name
+    ``libnvidia-ml.so.1`` resolves to, exactly as pynvml opens it (the fake this process loaded
+    first, see :func:`load_in_process`, or the one on ``LD_LIBRARY_PATH``). A path to another
+    copy of the fake has a clock of its own that pynvml's readings do not see."""
 
     def __init__(self, library: str | Path | None = None) -> None:
         handle = ctypes.CDLL(str(library) if library is not None else LIBRARY_NAME)
