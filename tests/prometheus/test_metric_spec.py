@@ -42,8 +42,10 @@ _WORKER = textwrap.dedent(
     sys.path.insert(0, {fakes_dir!r})
     from prom_fakes import parity_findings, parity_records
     from ecoguard import events
+    from ecoguard.config import Settings
     from ecoguard.export.prometheus import enable_worker_export
-    assert enable_worker_export(max_models={max_models}), "multiprocess export not enabled"
+    enabled = enable_worker_export(max_models={max_models}, settings=Settings())
+    assert enabled, "multiprocess export not enabled"
     for record in parity_records():
         events.records.publish(record)
     for event in parity_findings():
@@ -96,15 +98,12 @@ def declarations(text: str) -> dict[str, tuple[str, str]]:
 
 
 def samples(text: str, names: set[str]) -> dict[tuple[str, frozenset], float]:
-    """Every sample of the named families; a findings series at 0 is left out (the in-process
-    collector creates one per enabled rule from its settings, a worker has no settings)."""
+    """Every sample of the named families, by name and labels."""
     out: dict[tuple[str, frozenset], float] = {}
     for family in text_string_to_metric_families(text):
         if family.name not in names:
             continue
         for sample in family.samples:
-            if family.name == "ecoguard_findings" and sample.value == 0:
-                continue
             out[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return out
 
@@ -127,7 +126,8 @@ def test_both_paths_declare_every_family_alike_and_only_from_the_table(expositio
 
 def test_both_paths_count_the_same_records_alike(expositions):
     """Per-call counters, histograms, the reference gauge, findings and the folded-name gauge:
-    the same series with the same values (bad figures skipped on both)."""
+    the same series with the same values (bad figures skipped on both; a worker given its
+    settings starts every enabled rule's finding series at 0, as the in-process collector)."""
     names = {exposed(spec)[0] for spec in WORKER_METRICS}
     local, sidecar = (samples(text, names) for text in expositions)
     assert set(local) == set(sidecar)
@@ -136,6 +136,8 @@ def test_both_paths_count_the_same_records_alike(expositions):
     assert all(math.isfinite(value) and value >= 0 for value in local.values())
     folded = local[("ecoguard_folded_model_names", frozenset())]
     assert folded == 1
+    never_fired = {"rule": "fp8-eager", "mood": "red", "action": "warn"}
+    assert local[("ecoguard_findings_total", frozenset(never_fired.items()))] == 0
     models = {dict(labels).get("model_name") for _, labels in local}
     assert models >= {"tiny-llama", "second", "other"} and "third" not in models
 

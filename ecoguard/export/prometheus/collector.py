@@ -19,7 +19,7 @@ from ecoguard import __version__
 from ecoguard.config import Settings
 from ecoguard.energy import GpuState, get_meter
 from ecoguard.export.prometheus.aggregates import AggregateSnapshot, GenerationAggregates
-from ecoguard.export.prometheus.facts import FindingKey, finite_number, label
+from ecoguard.export.prometheus.facts import FindingKey, finite_number, label, zero_finding_keys
 from ecoguard.export.prometheus.spec import (
     CALL_METRICS,
     CONFIG_INFO,
@@ -37,7 +37,6 @@ from ecoguard.export.prometheus.spec import (
     SAMPLER_SAMPLES,
 )
 from ecoguard.faults import contained, fault_counts
-from ecoguard.rules import RULES
 
 
 @runtime_checkable
@@ -227,18 +226,12 @@ def reference_family(snap: AggregateSnapshot) -> Metric:
 def _with_zero_findings(
     findings: dict[FindingKey, float], settings: Settings | None
 ) -> list[tuple[FindingKey, float]]:
-    """Observed finding counts plus a 0 for every (rule, mood, configured action) not seen yet.
-
-    A counter series that is born at 1 is invisible to increase()/rate(), so a rule's first
-    firing would never show on a dashboard or in an alert; creating the series at 0 fixes that."""
+    """Observed finding counts plus a 0 for every (rule, mood, configured action) not seen yet
+    (see :func:`~ecoguard.export.prometheus.facts.zero_finding_keys`)."""
     merged = dict(findings)
     if settings is not None:
-        for rule_id, spec in RULES.items():
-            action = settings.action_for(rule_id)
-            if action == "off":
-                continue
-            for mood in spec.moods:
-                merged.setdefault((rule_id, mood.value, action), 0.0)
+        for key in zero_finding_keys(settings):
+            merged.setdefault(key, 0.0)
     return list(merged.items())
 
 

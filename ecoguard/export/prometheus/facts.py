@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from ecoguard.config import Settings
 from ecoguard.energy import GenerationRecord
 from ecoguard.export.prometheus.spec import (
     BATCH_SIZE,
@@ -31,6 +32,7 @@ from ecoguard.export.prometheus.spec import (
 from ecoguard.faults import record_fault
 from ecoguard.findings import Finding
 from ecoguard.knowledge.estimator import batch_energy_ratio
+from ecoguard.rules import RULES
 
 # Default cap on distinct model names per process. 32 leaves room for the usual handful of
 # served models (and the 20-model benchmark) while keeping a runaway label (a model name built
@@ -95,6 +97,20 @@ def finding_key(event: FindingEventInput) -> FindingKey:
     else:
         finding, action = event.finding, event.action
     return (label(finding.rule), label(finding.mood), label(action))
+
+
+def zero_finding_keys(settings: Settings) -> list[FindingKey]:
+    """(rule, mood, configured action) of every finding the settings let happen.
+
+    A counter series that is born at 1 is invisible to increase()/rate(), so a rule's first
+    firing would never show on a dashboard or in an alert; creating these series at 0 fixes
+    that. Rules turned off get none."""
+    keys: list[FindingKey] = []
+    for rule_id, spec in RULES.items():
+        action = settings.action_for(rule_id)
+        if action != "off":
+            keys.extend((rule_id, mood.value, action) for mood in spec.moods)
+    return keys
 
 
 def finite_number(value: object) -> float | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 
 from ecoguard import events
+from ecoguard.config import Settings
 from ecoguard.energy import GenerationRecord
 from ecoguard.export.prometheus.facts import (
     DEFAULT_MAX_MODELS,
@@ -28,6 +29,7 @@ from ecoguard.export.prometheus.facts import (
     ModelLabels,
     RecordFacts,
     finding_key,
+    zero_finding_keys,
 )
 from ecoguard.export.prometheus.spec import (
     CALL_METRICS,
@@ -71,10 +73,13 @@ class WorkerSink:
     the counters of all workers (live and dead) at scrape time. Metric objects live in a private
     registry so they never appear twice in an in-process scrape. A key's per-call series are all
     created (at 0) with its first call, as the in-process aggregates show them; a sparse one
-    with its first value.
+    with its first value. With ``settings``, every finding series those settings allow starts
+    at 0, as the in-process collector creates them.
     """
 
-    def __init__(self, *, max_models: int = DEFAULT_MAX_MODELS) -> None:
+    def __init__(
+        self, *, max_models: int = DEFAULT_MAX_MODELS, settings: Settings | None = None
+    ) -> None:
         registry = CollectorRegistry(auto_describe=False)
         self._labels = ModelLabels(max_models)
         self.max_models = max_models
@@ -94,6 +99,9 @@ class WorkerSink:
         }
         self._series: dict[GenerationKey, _KeySeries] = {}
         self._folded = 0
+        if settings is not None:
+            for key in zero_finding_keys(settings):
+                self.counters[FINDINGS.name].labels(*key)
 
     def _series_of(self, key: GenerationKey) -> _KeySeries:
         series = self._series.get(key)
@@ -134,8 +142,13 @@ _worker_lock = threading.Lock()
 _worker_unsubscribers: list[Callable[[], None]] = []
 
 
-def enable_worker_export(*, max_models: int = DEFAULT_MAX_MODELS) -> bool:
+def enable_worker_export(
+    *, max_models: int = DEFAULT_MAX_MODELS, settings: Settings | None = None
+) -> bool:
     """In a multi-worker server, write this worker's counters to ``PROMETHEUS_MULTIPROC_DIR``.
+
+    ``settings`` (the worker's live Settings): its enabled rules' finding series start at 0, so
+    a rule's first firing shows in increase() on the sidecar too.
 
     Returns False (and does nothing) when the variable is unset or was set only after
     prometheus_client was imported (its value class is chosen at import, so such a worker would
@@ -152,7 +165,7 @@ def enable_worker_export(*, max_models: int = DEFAULT_MAX_MODELS) -> bool:
     with _worker_lock:
         if _worker_unsubscribers:
             return True
-        sink = WorkerSink(max_models=max_models)
+        sink = WorkerSink(max_models=max_models, settings=settings)
         _worker_unsubscribers.extend(
             [
                 events.records.subscribe(sink.observe_record),
