@@ -7,7 +7,6 @@ every figure, and the code they write can be audited before it lands. See docs/m
 - :mod:`ecoguard.mcp.cli`: the ``ecoguard mcp`` options (argparse only);
 - :mod:`ecoguard.mcp.tools`: one function per tool and the ``TOOLS`` table;
 - :mod:`ecoguard.mcp.arguments`: each tool argument's type, constraints and default, once;
-- :mod:`ecoguard.mcp.deployment_args`: the deployment facts -> the advisor's answer;
 - :mod:`ecoguard.mcp.resources`: the resources (provenance, rules, GPUs);
 - :mod:`ecoguard.mcp.server`: ``build_server`` (tools from ``TOOLS``, bounded calls, errors);
 - :mod:`ecoguard.mcp.stdio`: the stdio transport that answers malformed lines.
@@ -30,7 +29,7 @@ _LAZY = {
     "TOOLS": "ecoguard.mcp.tools",
     "ToolSpec": "ecoguard.mcp.tools",
     "Argument": "ecoguard.mcp.arguments",
-    "DeploymentArguments": "ecoguard.mcp.deployment_args",
+    "DeploymentArguments": "ecoguard.advisor.flags",
     "RESOURCES": "ecoguard.mcp.resources",
     "checked_stdio": "ecoguard.mcp.stdio",
     "check_line": "ecoguard.mcp.stdio",

@@ -17,13 +17,13 @@ from typing import Any
 from mcp.server.mcpserver.exceptions import ToolError
 
 from ecoguard.advisor.answers import advise as advise_question
+from ecoguard.advisor.flags import DeploymentArguments
 from ecoguard.advisor.parse import parse_question
 from ecoguard.audit import audit_source
 from ecoguard.config import Settings
 from ecoguard.knowledge import find_rows
 from ecoguard.mcp import arguments as arg
 from ecoguard.mcp.arguments import Argument
-from ecoguard.mcp.deployment_args import DeploymentArguments
 from ecoguard.rules import explain
 
 # The audit is linear in the size of the source (about 1 s per 150 KB); this is a backstop.

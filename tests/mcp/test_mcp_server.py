@@ -205,8 +205,8 @@ async def test_the_tools_table_is_what_the_server_lists():
 def test_deployment_tools_take_only_deployment_facts():
     """The four deployment tools hand every argument to DeploymentArguments; one it has no
     field for is a TypeError, so the table and the helper cannot drift apart unnoticed."""
+    from ecoguard.advisor.flags import DeploymentArguments
     from ecoguard.mcp import tools
-    from ecoguard.mcp.deployment_args import DeploymentArguments
 
     deployment_tools = (tools.optimize, tools.compare, tools.estimate, tools.diagnose)
     specs = [spec for spec in tools.TOOLS if spec.function in deployment_tools]
