@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -18,6 +20,18 @@ def data_dir() -> Path:
 def grafana_dir() -> Path:
     """Dashboards, provisioning and Prometheus rules: ``ecoguard/_grafana`` or ``grafana/``."""
     return _first_existing("_grafana", "grafana")
+
+
+def load_data(name: str) -> Any:
+    """The parsed JSON file ``name`` of the compiled data; a missing file says how to rebuild."""
+    path = data_dir() / name
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"ecoguard data file {path} is missing; rebuild with tools/build_reference.py"
+        ) from None
 
 
 def _first_existing(packaged: str, checkout: str) -> Path:

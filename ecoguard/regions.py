@@ -5,11 +5,10 @@ builds its GridInfo records on the same keys and aliases. Read once, on first us
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from typing import Any
 
-from ecoguard._paths import data_dir
+from ecoguard._paths import load_data
 from ecoguard.errors import UsageError
 
 REGIONS_FILE = "regions.json"
@@ -18,14 +17,7 @@ REGIONS_FILE = "regions.json"
 @cache
 def region_table() -> dict[str, Any]:
     """The parsed ``regions.json`` (regions with price, intensity and PUE; PUE defaults)."""
-    path = data_dir() / REGIONS_FILE
-    try:
-        with path.open(encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"ecoguard data file {path} is missing; rebuild with tools/build_reference.py"
-        ) from None
+    return load_data(REGIONS_FILE)
 
 
 @cache

@@ -18,7 +18,7 @@ import threading
 from functools import cache
 from pathlib import Path
 
-from ecoguard._paths import data_dir
+from ecoguard._paths import load_data
 from ecoguard.deployment import normalize_precision
 from ecoguard.errors import UnknownGpuError, UnknownModelError, UsageError
 from ecoguard.faults import record_fault
@@ -40,20 +40,9 @@ _file_cache: tuple[tuple[str, int, int], tuple[ReferenceRow, ...]] | None = None
 LOCAL_DATA_ENV = "ECOGUARD_LOCAL_DATA"
 
 
-def _load(name: str) -> dict:
-    path: Path = data_dir() / name
-    try:
-        with path.open(encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"ecoguard data file {path} is missing; rebuild with tools/build_reference.py"
-        ) from None
-
-
 @cache
 def _shipped_rows() -> tuple[ReferenceRow, ...]:
-    rows = _load("reference_rows.json")["rows"]
+    rows = load_data("reference_rows.json")["rows"]
     return tuple(ReferenceRow(**{k: v for k, v in row.items() if k in _ROW_FIELDS}) for row in rows)
 
 
@@ -157,7 +146,7 @@ def clear_local_rows() -> None:
 def gpu_profiles() -> dict[str, GpuProfile]:
     """GPU profiles keyed by profile key (``a800``, ``rtx5090``, ...)."""
     out = {}
-    for entry in _load("gpus.json")["gpus"]:
+    for entry in load_data("gpus.json")["gpus"]:
         entry = dict(entry)
         entry["compute_capability"] = tuple(entry["compute_capability"])
         entry["nvml_names"] = tuple(entry["nvml_names"])
@@ -215,7 +204,7 @@ def resolve_gpu(name: str) -> GpuProfile:
 def model_registry() -> dict[str, ModelInfo]:
     """The model registry keyed by registry key (``qwen2.5-7b``)."""
     out = {}
-    for entry in _load("models.json")["models"]:
+    for entry in load_data("models.json")["models"]:
         out[entry["key"]] = ModelInfo(
             id=entry["key"],
             params_b=float(entry["params_b"]),
@@ -234,7 +223,7 @@ def model_registry() -> dict[str, ModelInfo]:
 @cache
 def _model_aliases() -> dict[str, str]:
     aliases = {}
-    for entry in _load("models.json")["models"]:
+    for entry in load_data("models.json")["models"]:
         for name in (entry["key"], entry["hf_id"].split("/")[-1], *entry.get("aliases", ())):
             aliases[_model_fold(name)] = entry["key"]
     return aliases
@@ -343,7 +332,7 @@ def region(name: str) -> GridInfo:
 
 @cache
 def _equivalent_factors() -> tuple[dict, ...]:
-    return tuple(_load("equivalents.json")["equivalents"])
+    return tuple(load_data("equivalents.json")["equivalents"])
 
 
 def equivalents(energy_kwh: float, co2_kg: float) -> list[Equivalent]:
