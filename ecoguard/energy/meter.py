@@ -18,10 +18,8 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
-import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +27,12 @@ from typing import Any
 from ecoguard import events
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
+from ecoguard.energy import fork
 from ecoguard.energy.attribution import GpuTrack, Reading
 from ecoguard.energy.backends import DeviceInfo, PowerBackend, choose_backend
 from ecoguard.energy.sampler import Sampler
 from ecoguard.errors import UsageError
 from ecoguard.faults import fault_counts, record_fault
-from ecoguard.faults import reinit_after_fork as reinit_faults_after_fork
 from ecoguard.forking import register_fork_hooks
 from ecoguard.knowledge import estimator as knowledge_estimator
 from ecoguard.knowledge import region, resolve_gpu
@@ -237,20 +235,8 @@ class Meter:
         if not self._started:
             self._started = True
             self.sampler.start()
-            _live_meters.add(self)
-            _register_fork_hooks()
+            fork.watch(self)  # quiesced before a fork, re-armed in the child
         return self
-
-    def _quiesce_for_fork(self) -> list[Any]:
-        """Before a fork: wait (briefly) until no thread of ours is inside the backend, so the
-        child inherits no lock taken mid-read. Returns the locks taken (released after)."""
-        taken: list[Any] = []
-        if self.sampler.pass_lock.acquire(timeout=_FORK_QUIESCE_S):
-            taken.append(self.sampler.pass_lock)
-        for track in self.tracks:
-            if track.lock.acquire(timeout=_FORK_QUIESCE_S):
-                taken.append(track.lock)
-        return taken
 
     def rearm_in_child(self) -> None:
         """In a forked child: fresh locks, no calls left open by parent threads, and the sampler
@@ -265,7 +251,7 @@ class Meter:
         self.sampler.rearm_in_child()
 
     def stop(self) -> None:
-        _live_meters.discard(self)
+        fork.unwatch(self)
         self.sampler.stop()
         try:
             self.backend.close()
@@ -524,52 +510,12 @@ def _profile_key(gpu_name: str) -> str | None:
 _meter: Meter | None = None
 _meter_lock = threading.Lock()
 
-# ----------------------------------------------------------------- fork
-# A forked child has none of the parent's threads. Every started meter is re-armed in the child
-# by a hook registered when the first one starts (never at import).
-_FORK_QUIESCE_S = 2.0
-_live_meters: weakref.WeakSet[Meter] = weakref.WeakSet()
-_fork_held: list[Any] = []
 
-
-def _register_fork_hooks() -> None:
-    register_fork_hooks(
-        "meter",
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )
-
-
-def _before_fork() -> None:
-    for meter in list(_live_meters):
-        try:
-            _fork_held.extend(meter._quiesce_for_fork())
-        except Exception as exc:
-            record_fault("meter.fork", exc)
-
-
-def _after_fork_in_parent() -> None:
-    while _fork_held:
-        _fork_held.pop().release()
-
-
-def _after_fork_in_child() -> None:
+def _fresh_process_lock() -> None:
+    """In a forked child: the process-wide meter's lock anew (a parent thread may have held it
+    in start_meter at the fork, and no thread of the child would ever release it)."""
     global _meter_lock
-    _fork_held.clear()
     _meter_lock = threading.Lock()
-    reinit_faults_after_fork()
-    for meter in list(_live_meters):
-        try:
-            meter.rearm_in_child()
-        except Exception as exc:
-            record_fault("meter.fork", exc)
-            _log.error(
-                "ecoguard: the meter could not restart its sampler in forked process %d (%r); "
-                "calls are still measured at their edges",
-                os.getpid(),
-                exc,
-            )
 
 
 def start_meter(
@@ -583,6 +529,7 @@ def start_meter(
     The meter only: the ledger its records go to, and the metrics server, are started beside it
     by the composition root (:func:`ecoguard.services.start_services`, used by ``install()``)."""
     global _meter
+    register_fork_hooks("meter.process", after_in_child=_fresh_process_lock)
     with _meter_lock:
         if _meter is None:
             settings = settings if settings is not None else Settings.from_env()
