@@ -4,14 +4,16 @@ The fixes are chained from the trap configuration (int8 mixed, batch size 1), th
 applied first, so what it saved and what is still available add up to the whole difference
 between the trap and the fully fixed configuration.
 
-These are reference figures, not measurements: the same estimator the rules ask for a finding's
-impact (``rules.impact.impact_between``), with the same fixed twins (``int8_pure``; a larger
-batch). The demo does not take the findings' :class:`~ecoguard.findings.Impact` itself, because
-that is a different figure: rounded for display (0.1 %, cents, 0.001 kWh), without CO2 or
-confidence, ``batch-size-one``'s measured to ``max_batch_size`` rather than to the batch this run
-served, and None when both sides rest on the same rows; here the steps must add up to
-``before`` minus ``after`` exactly. tests/demo checks that each step agrees with
-``impact_between`` for the same pair of configurations.
+These are reference figures, not measurements (the measured joules are the phases' and the
+ledger's): the estimator the rules ask for a finding's impact (``rules.impact.impact_between``),
+on the same fixed twins (``int8_pure``; a larger batch), with the tier combined as the rules
+combine it. The demo does not copy the findings' :class:`~ecoguard.findings.Impact`: that figure
+is rounded for display (0.1 %, cents, 0.001 kWh), has no CO2 or confidence, takes
+``batch-size-one`` to ``max_batch_size`` rather than to the batch this run served, is None when
+both sides rest on the same rows, and for a model outside the data (SmolLM2-135M) is None
+altogether; here the steps must add up to ``before`` minus ``after`` exactly.
+``tests/demo/test_demo_summary.py`` checks each step against ``impact_between`` for the same
+pair of configurations.
 """
 
 from __future__ import annotations
