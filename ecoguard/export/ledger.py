@@ -357,11 +357,7 @@ class Ledger:
             f"ecoguard ledger {self.path} is losing records: {what}. Every lost record is "
             "counted (ledger stats()['dropped'], fault stages ledger.dropped_*)."
         )
-        try:
-            _log.warning(message)
-            warnings.warn(message, LedgerWarning, stacklevel=3)
-        except Exception as exc:  # a warnings filter set to "error" must not reach the caller
-            record_fault("ledger.warn", exc)
+        _say(message, stacklevel=4)
 
     def _write_each(self, batch: list[Any]) -> list[Any]:
         """Insert one record at a time; returns the records that could not be written."""
@@ -402,11 +398,7 @@ class Ledger:
             f"ecoguard ledger disabled: {reason}. Measurements continue in memory and in metrics; "
             "set ECOGUARD_LEDGER to a writable path (or 'off') to choose where they go."
         )
-        try:
-            _log.warning(message)
-            warnings.warn(message, LedgerWarning, stacklevel=2)
-        except Exception as exc:  # a warnings filter set to "error" must not kill the writer
-            record_fault("ledger.warn", exc)
+        _say(message, stacklevel=3)
 
     def health(self) -> tuple[str, str | None]:
         """(status, reason): ``ok``; ``degraded`` (records go to memory only); ``losing``
@@ -514,11 +506,18 @@ def _after_fork_in_child() -> None:
                 f"ecoguard ledger: this forked process (pid {os.getpid()}) could not restart its "
                 f"writer for {ledger.path} ({exc!r}); its records will not reach the ledger"
             )
-            try:
-                _log.error(message)
-                warnings.warn(message, LedgerWarning, stacklevel=2)
-            except Exception as warn_exc:  # a warnings filter set to "error": counted above
-                record_fault("ledger.fork", warn_exc)
+            _say(message, stacklevel=3, level=logging.ERROR)
+
+
+def _say(message: str, *, stacklevel: int, level: int = logging.WARNING) -> None:
+    """Log ``message`` and issue it as a LedgerWarning (``stacklevel`` counted from here). A
+    warnings filter set to "error" must reach neither the caller nor the writer thread: counted
+    as a ``ledger.warn`` fault instead."""
+    try:
+        _log.log(level, message)
+        warnings.warn(message, LedgerWarning, stacklevel=stacklevel)
+    except Exception as exc:
+        record_fault("ledger.warn", exc)
 
 
 def _abandon_inherited_connection(conn: sqlite3.Connection) -> None:
