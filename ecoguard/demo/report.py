@@ -104,17 +104,16 @@ def measured_vs_reference(
     ``paired``, the batched phase of the same run, and the reference data's figure for the same
     configuration (None with ``reference_missing`` saying why, e.g. a model far smaller than
     any measured)."""
-    total = ledger.total
-    measured = total.get("joules_per_token_where_reference")
-    reference = total.get("reference_j_per_token")
+    measured = ledger.joules_per_token_where_reference
+    reference = ledger.reference_j_per_token
     return MeasuredVsReference(
-        joules_per_token=total.get("joules_per_token"),
+        joules_per_token=ledger.joules_per_token,
         paired=paired_reference(phases, gpu),
         joules_per_token_where_reference=measured,
         reference_j_per_token=reference,
         ratio=measured / reference if measured and reference else None,
         tier="/".join(ledger.tiers) or "none",
-        reference_tiers=tuple(total.get("reference_tiers") or []),
+        reference_tiers=ledger.reference_tiers,
         reference_missing=None if reference is not None else why_no_reference(deployment, settings),
     )
 

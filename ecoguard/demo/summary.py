@@ -185,8 +185,8 @@ class MetricsScrape(_Record):
 @_record
 class LedgerSummary(_Record):
     """``ecoguard report``'s figures for this run: ``total`` is its ``--json`` total as it is
-    (that command's contract, passed through); ``path`` None when the ledger was off and the
-    figures came from the records in memory."""
+    (that command's contract, passed through, and read only by the properties below); ``path``
+    None when the ledger was off and the figures came from the records in memory."""
 
     path: str | None
     records: int
@@ -215,6 +215,23 @@ class LedgerSummary(_Record):
     @property
     def tiers(self) -> tuple[str, ...]:
         return tuple(self.total.get("tiers") or ())
+
+    @property
+    def joules_per_token(self) -> float | None:
+        return self.total.get("joules_per_token")
+
+    @property
+    def joules_per_token_where_reference(self) -> float | None:
+        """Measured J/token over the calls that have a reference figure (like for like)."""
+        return self.total.get("joules_per_token_where_reference")
+
+    @property
+    def reference_j_per_token(self) -> float | None:
+        return self.total.get("reference_j_per_token")
+
+    @property
+    def reference_tiers(self) -> tuple[str, ...]:
+        return tuple(self.total.get("reference_tiers") or ())
 
 
 @_record
