@@ -101,7 +101,7 @@ def start_services(
         with contained(f"{services.stage}.worker_export"):
             from ecoguard.export import prometheus  # lazy: prometheus_client
 
-            prometheus.enable_worker_export()
+            prometheus.enable_worker_export(settings=settings)
     return services
 
 

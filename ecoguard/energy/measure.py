@@ -6,7 +6,8 @@ those of the generate calls that ended inside the block, or the meter's default 
 ``m.tokens`` sums the tokens of generate records that ended inside the block on this thread (or
 asyncio task), plus anything added with ``m.add_tokens(n)``. ``m.attributed_energy_j`` is the sum
 of those records' own shares. When no meter is running, entering the block starts one from the
-environment's settings.
+environment's settings (the meter only; ``ecoguard.measure``, :func:`ecoguard.services.measure`,
+starts the ledger its records go to as well).
 """
 
 from __future__ import annotations

@@ -130,3 +130,39 @@ def test_ecoguard_measure_starts_the_meter_and_its_ledger_from_the_environment(
     assert get_ledger() is not None and get_ledger().flush(5.0)
     assert [r.label for r in block.records] == ["block"] and len(seen) == 1
     assert [row["label"] for row in read_rows(path)] == ["block"]
+
+
+_WORKER = """
+from ecoguard.config import Settings
+from ecoguard.services import start_services
+start_services(Settings(measure=False, mode="warn"))
+"""
+
+
+def test_a_worker_under_prometheus_multiproc_starts_its_finding_series_at_zero(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR set, start_services turns on the worker export with the
+    worker's settings: every enabled rule's finding series exists (at 0) for the sidecar."""
+    import subprocess
+    import sys
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ecoguard.export import prometheus
+    from ecoguard.export.exporter_cli import build_registry
+
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    worker = subprocess.run(
+        [sys.executable, "-c", _WORKER], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert worker.returncode == 0, worker.stderr
+    text = prometheus.render_text(build_registry(Settings(), None, str(tmp_path))).decode()
+    findings = [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "ecoguard_findings_total"
+    ]
+    assert findings and all(sample.value == 0 for sample in findings)
+    assert {"rule": "int8-mixed", "mood": "orange", "action": "warn"} in [
+        {k: v for k, v in s.labels.items() if k in ("rule", "mood", "action")} for s in findings
+    ]

@@ -45,27 +45,15 @@ def _clean_ecoguard_state():
 
 
 def _stop_everything() -> None:
+    from ecoguard.energy import stop_meter
+    from ecoguard.export.ledger import stop_ledger
+    from ecoguard.export.prometheus import stop_metrics_server
     from ecoguard.guard.install import uninstall
 
     uninstall()
-    try:
-        from ecoguard.energy import stop_meter
-
-        stop_meter()
-    except ImportError:
-        pass
-    try:
-        from ecoguard.export.ledger import stop_ledger
-
-        stop_ledger()
-    except ImportError:
-        pass
-    try:
-        from ecoguard.export.prometheus import stop_metrics_server
-
-        stop_metrics_server()
-    except ImportError:
-        pass
+    stop_meter()
+    stop_ledger()
+    stop_metrics_server()
 
 
 class StepClock:
