@@ -295,8 +295,8 @@ def generate_wrapper(
     try:
         state = None
         # contained("guard.generate", passthrough=_REFUSAL) spelled out: this block runs on every
-        # call, and a context manager costs more than the rest of the guard's path (1.7 µs of
-        # CPU against 1.5, measured A/B); a try block costs nothing until something raises.
+        # call; entering even a prebuilt contained costs about 0.3 µs of CPU here against
+        # 0.03 µs for a try block (1M-iteration loop, thread CPU), a tenth of the guard's path.
         try:
             state = runtime.models.get(instance) or _state_for(instance)
             if runtime.coalesce is None or not runtime.settings.batching:
