@@ -112,6 +112,13 @@ class Location:
     # within that cell, as Jupyter shows it.
     cell: int | None = None
 
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form: path, line, column, and the cell only for a notebook."""
+        out: dict[str, object] = {"path": self.path, "line": self.line, "column": self.column}
+        if self.cell is not None:
+            out["cell"] = self.cell
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -156,13 +163,7 @@ class Finding:
                 "method": self.impact.method,
             }
         if self.location is not None:
-            out["location"] = {
-                "path": self.location.path,
-                "line": self.location.line,
-                "column": self.location.column,
-            }
-            if self.location.cell is not None:
-                out["location"]["cell"] = self.location.cell  # type: ignore[index]
+            out["location"] = self.location.to_dict()
         if self.details:
             out["details"] = dict(self.details)
         return out

@@ -38,7 +38,7 @@ class AuditNote:
             "title": NOTE_KINDS[self.kind],
             "message": self.message,
             "fix": self.fix,
-            "location": _location_dict(self.location),
+            "location": self.location.to_dict(),
         }
 
 
@@ -147,14 +147,3 @@ def _location_key(location: Location | None) -> tuple[str, int, int, int]:
         location.line or 0,
         location.column or 0,
     )
-
-
-def _location_dict(location: Location) -> dict[str, object]:
-    out: dict[str, object] = {
-        "path": location.path,
-        "line": location.line,
-        "column": location.column,
-    }
-    if location.cell is not None:
-        out["cell"] = location.cell
-    return out
