@@ -194,6 +194,7 @@ class Meter:
         wall_clock: Clock = time.time,
         calibrate: bool = True,
         default_devices: tuple[int, ...] = (0,),
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings if settings is not None else Settings()
         self.clock = clock if clock is not None else time.monotonic
@@ -220,7 +221,11 @@ class Meter:
             self.tracks.append(GpuTrack(self.backend, info, clock=track_clock, profile_key=profile))
         self.default_devices = tuple(d for d in default_devices if d < len(self.tracks))
         self.sampler = Sampler(
-            self.tracks, hz=self.settings.sample_hz, clock=self.clock, calibrate=calibrate
+            self.tracks,
+            hz=self.settings.sample_hz,
+            clock=self.clock,
+            calibrate=calibrate,
+            sleep=sleep,
         )
         self.pricing = _Pricing(self.settings)
         self._keys = itertools.count(1)

@@ -35,6 +35,7 @@ class Sampler:
         hz: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         calibrate: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not hz > 0:
             raise ValueError(f"sample rate must be > 0 Hz, got {hz!r}")
@@ -42,6 +43,7 @@ class Sampler:
         self.interval_s = 1.0 / hz
         self.hz = hz
         self._clock = clock
+        self._sleep = sleep  # the calibration's short waits (a test's manual clock moves instead)
         self._calibrate = calibrate
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -171,7 +173,7 @@ class Sampler:
 
     def _calibrate_track(self, track: GpuTrack) -> None:
         try:
-            fitted = track.calibrate()
+            fitted = track.calibrate(sleep=self._sleep)
         except Exception as exc:
             track.mark_failed(exc)
             self.faults += 1

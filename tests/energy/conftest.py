@@ -94,6 +94,7 @@ def manual_nvml_meter(fake_nvml, nvml_clock):
             backend=backend,
             clock=nvml_clock,
             calibrate=False,
+            sleep=nvml_clock.sleep,
         )
         meters.append(meter)
         if calibrate:
@@ -106,13 +107,15 @@ def manual_nvml_meter(fake_nvml, nvml_clock):
 
 
 def calibrate_on(meter, clock: FakeNvmlClock) -> None:
-    """The sampler's first pass (every GPU read, then each counter calibrated with every GPU
-    read again after it), with the calibration's waits taken on ``clock`` instead of real time."""
-    meter.sampler.sample_once()
+    """The sampler's own first pass (every GPU read, then each counter calibrated with every GPU
+    read again after it), its waits taken on ``clock`` (the meter was built with
+    ``sleep=clock.sleep``) instead of real time."""
+    start = clock()
+    meter.sampler.calibrate_all()
+    assert clock() > start, "the calibration's waits did not move the manual clock"
     for track in meter.tracks:
         if track.has_counter and not track.stale:
-            assert track.calibrate(sleep=clock.sleep), f"GPU {track.index} did not calibrate"
-            meter.sampler.sample_once()
+            assert track.phase.calibrated, f"GPU {track.index} did not calibrate"
 
 
 @pytest.fixture(autouse=True)
