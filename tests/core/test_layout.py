@@ -1,0 +1,84 @@
+"""The package's shape (tools/check_layout.py): no import cycle between ecoguard's packages, no
+module over 600 lines, no function over 80, no ImportError guard or unexplained function-local
+import of our own modules. The checker is tested on a small package that breaks each rule."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def layout():
+    spec = importlib.util.spec_from_file_location("check_layout", REPO / "tools/check_layout.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["check_layout"] = module  # dataclasses resolve annotations through it
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("check_layout", None)
+    return module
+
+
+def test_the_package_has_the_shape_it_promises(layout):
+    problems = layout.check()
+    assert problems == [], "\n".join(problems)
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def test_the_checker_finds_each_kind_of_problem(layout, tmp_path):
+    package = tmp_path / "ecoguard"
+    _write(package, "__init__.py", "")
+    _write(package, "alpha/__init__.py", "from ecoguard.beta import thing\n")
+    _write(package, "beta/__init__.py", "thing = 1\n")
+    _write(
+        package,
+        "beta/late.py",
+        """
+        def later():
+            from ecoguard.alpha import thing
+            return thing
+
+
+        def allowed():
+            from ecoguard.gamma import heavy  # lazy: pulls in a heavy third-party library
+            return heavy
+        """,
+    )
+    _write(
+        package,
+        "gamma.py",
+        "try:\n    from ecoguard.beta import thing\nexcept ImportError:\n    thing = None\n"
+        "heavy = 2\n",
+    )
+    body = "\n".join(f"    x{i} = {i}" for i in range(85))
+    _write(package, "delta.py", f"def long():\n{body}\n    return 0\n" + "#\n" * 520)
+    problems = layout.check(package=package)
+    text = "\n".join(problems)
+    assert "ecoguard/beta/late.py:3: function-local import" in text
+    assert "late.py:8" not in text  # a marked lazy import is allowed
+    assert "ecoguard/gamma.py:2: ImportError guard" in text
+    assert "ecoguard/delta.py:1: function long has 87 lines" in text
+    assert "ecoguard/delta.py:1: module has 607 lines" in text
+    assert "import cycle between packages: ecoguard.alpha <-> ecoguard.beta" in text
+    assert len(problems) == 5, text
+
+
+def test_a_clean_package_passes(layout, tmp_path):
+    package = tmp_path / "ecoguard"
+    _write(package, "__init__.py", "")
+    _write(package, "alpha/__init__.py", "from ecoguard.beta import thing\n")
+    _write(package, "beta/__init__.py", "thing = 1\n")
+    assert layout.check(package=package) == []
