@@ -42,8 +42,8 @@ def post_fork(server, worker) -> None:
 
     # The sidecar serves /metrics for every worker; N workers binding one port would fail.
     os.environ.pop("ECOGUARD_METRICS_PORT", None)
-    ecoguard.install()
-    enable_worker_export()
+    settings = ecoguard.install()
+    enable_worker_export(settings=settings)  # with settings: every rule's finding series from 0
 
 
 def child_exit(server, worker) -> None:
