@@ -7,10 +7,9 @@ lazily on first use. ``import ecoguard.auto`` is the one-line, side-effecting en
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import Any
 
+from ecoguard._lazy import lazy_exports
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec, SoftwareVersions
 from ecoguard.errors import EcoguardError, EnergyTrapError, EnergyTrapWarning, UsageError
@@ -57,14 +56,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'ecoguard' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -18,9 +18,7 @@ imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from ecoguard._lazy import lazy_exports
 from ecoguard.mcp.cli import register
 
 _LAZY = {
@@ -38,15 +36,5 @@ _LAZY = {
 __all__ = ["register", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'ecoguard.mcp' has no attribute {name!r}")
-    # lazy: these modules import the MCP SDK and pydantic
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+# these modules import the MCP SDK and pydantic: imported on first use
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
