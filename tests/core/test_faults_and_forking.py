@@ -24,16 +24,14 @@ def test_contained_counts_swallows_and_lets_the_caller_go_on():
 
 def test_contained_lets_passthrough_types_propagate_uncounted():
     reset_faults()
-    with pytest.raises(EnergyTrapError):
-        with contained("test.strict", passthrough=(EnergyTrapError,)):
-            raise EnergyTrapError("refused on purpose")
+    with pytest.raises(EnergyTrapError), contained("test.strict", passthrough=(EnergyTrapError,)):
+        raise EnergyTrapError("refused on purpose")
     assert "test.strict" not in fault_counts()
 
 
 def test_contained_never_swallows_base_exceptions():
-    with pytest.raises(KeyboardInterrupt):
-        with contained("test.interrupt"):
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), contained("test.interrupt"):
+        raise KeyboardInterrupt
 
 
 @pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="no fork hooks on this platform")
