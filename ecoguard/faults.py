@@ -33,9 +33,10 @@ class contained:  # lower case: used like a function, ``with contained("stage"):
     ``passthrough`` types are ecoguard's own decisions (a strict-mode refusal) and propagate.
 
     Code after the ``with`` block runs either way; a value the block was to compute keeps the
-    default the caller set before it. The object holds no state between uses, so a hot path can
-    build one once and enter it on every call (a class, not a generator: entering costs about
-    what a ``try`` block does)."""
+    default the caller set before it. The object holds no state between uses, so a path can
+    build one once and enter it on every call: about 0.3 µs of CPU per entry for a prebuilt one,
+    0.7-1.0 µs for a fresh one (the generator it replaced: about 1.9 µs). A plain ``try`` block
+    costs about 0.03 µs, which is why the guard's per-generate block stays one."""
 
     __slots__ = ("passthrough", "stage")
 
