@@ -38,12 +38,12 @@ def on_starting(server) -> None:
 def post_fork(server, worker) -> None:
     """In the worker, before the app is imported: guard on, counters to the shared directory."""
     import ecoguard
-    from ecoguard.export.prometheus import enable_worker_export
 
     # The sidecar serves /metrics for every worker; N workers binding one port would fail.
     os.environ.pop("ECOGUARD_METRICS_PORT", None)
-    settings = ecoguard.install()
-    enable_worker_export(settings=settings)  # with settings: every rule's finding series from 0
+    # With PROMETHEUS_MULTIPROC_DIR set (above), install() also turns on the worker export with
+    # its Settings: counters to the shared directory, every rule's finding series from 0.
+    ecoguard.install()
 
 
 def child_exit(server, worker) -> None:
