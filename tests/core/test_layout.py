@@ -4,27 +4,16 @@ import of our own modules. The checker is tested on a small package that breaks 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from tool_scripts import load_tool
 
 
 @pytest.fixture(scope="module")
 def layout():
-    spec = importlib.util.spec_from_file_location("check_layout", REPO / "tools/check_layout.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_layout"] = module  # dataclasses resolve annotations through it
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("check_layout", None)
-    return module
+    return load_tool("check_layout")
 
 
 def test_the_package_has_the_shape_it_promises(layout):

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
-from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
+from tool_scripts import load_tool
 
-REPO = Path(__file__).resolve().parents[2]
+from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
 
 
 def deployment(model, gpu, precision, bs=1, gen=None, prompt=None) -> Deployment:
@@ -26,14 +23,4 @@ def deployment(model, gpu, precision, bs=1, gen=None, prompt=None) -> Deployment
 
 def build_script() -> ModuleType:
     """tools/build_reference.py loaded as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location(
-        "build_reference", REPO / "tools/build_reference.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["build_reference"] = module  # dataclasses resolve annotations through it
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("build_reference", None)
-    return module
+    return load_tool("build_reference")
