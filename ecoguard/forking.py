@@ -43,8 +43,3 @@ def register_fork_hooks(
     }
     os.register_at_fork(**{name: hook for name, hook in hooks.items() if hook is not None})
     return True
-
-
-def is_registered(owner: str) -> bool:
-    """Whether ``owner``'s fork hooks are registered in this process."""
-    return owner in _registered

@@ -348,9 +348,15 @@ class _Grid:
     def monthly(self, per_request_j: float | None, request_range: Range | None) -> Monthly:
         if per_request_j is None or request_range is None:
             return Monthly(
-                self.requests, None, None, None, self.region, self.price_usd_per_kwh,
-                self.gco2_per_kwh, self.pue,
-            )  # fmt: skip
+                requests=self.requests,
+                energy_kwh=None,
+                cost_usd=None,
+                co2_kg=None,
+                region=self.region,
+                price_usd_per_kwh=self.price_usd_per_kwh,
+                gco2_per_kwh=self.gco2_per_kwh,
+                pue=self.pue,
+            )
         kwh_per_j = self.requests * self.pue / 3.6e6
         low, high = request_range[0] * kwh_per_j, request_range[1] * kwh_per_j
         energy_kwh = per_request_j * kwh_per_j
