@@ -9,22 +9,28 @@ starts only itself: the ledger and the metrics server beside it come from
 from __future__ import annotations
 
 from ecoguard.energy.meter import (
+    PROCESS_METER,
     CallInfo,
     CallWindow,
     GenerationRecord,
     GpuState,
     Meter,
+    MeterSlot,
+    can_measure,
     get_meter,
     start_meter,
     stop_meter,
 )
 
 __all__ = [
+    "PROCESS_METER",
     "CallInfo",
     "CallWindow",
     "GenerationRecord",
     "GpuState",
     "Meter",
+    "MeterSlot",
+    "can_measure",
     "get_meter",
     "start_meter",
     "stop_meter",

@@ -512,7 +512,40 @@ def _profile_key(gpu_name: str) -> str | None:
 
 # ----------------------------------------------------------------- the process-wide meter
 
-_meter: Meter | None = None
+
+class MeterSlot:
+    """Where a running meter is held for the guard's per-call path.
+
+    ``meter`` is the meter (None when none runs); ``measurable`` is the same meter when it has a
+    GPU to read, else None. The guard reads ``measurable`` on every generate call: one attribute
+    read, where a call into this module costs microseconds of CPU on a real call, whose
+    milliseconds of model work leave the guard's code and data out of the CPU's caches
+    (benchmarks/RESULTS.md, "guard cost on real models")."""
+
+    __slots__ = ("measurable", "meter")
+
+    def __init__(self, meter: Meter | None = None) -> None:
+        self.meter: Meter | None = None
+        self.measurable: Meter | None = None
+        self.hold(meter)
+
+    def hold(self, meter: Meter | None) -> None:
+        # ``measurable`` is cleared first and set last: a reader between the writes sees no meter
+        # to measure with, never the one being replaced beside the new one.
+        self.measurable = None
+        self.meter = meter
+        self.measurable = meter if meter is not None and can_measure(meter) else None
+
+
+def can_measure(meter: Any) -> bool:
+    """False for a meter with no GPU to read (no backend): a window on it would measure nothing
+    and publish no record. A meter's tracks are fixed when it is built."""
+    tracks = getattr(meter, "tracks", None)
+    return tracks is None or len(tracks) > 0
+
+
+# The process-wide meter (started by install() through the composition root, or by measure()).
+PROCESS_METER = MeterSlot()
 _meter_lock = threading.Lock()
 
 
@@ -533,24 +566,25 @@ def start_meter(
 
     The meter only: the ledger its records go to, and the metrics server, are started beside it
     by the composition root (:func:`ecoguard.services.start_services`, used by ``install()``)."""
-    global _meter
     register_fork_hooks("meter.process", after_in_child=_fresh_process_lock)
     with _meter_lock:
-        if _meter is None:
+        meter = PROCESS_METER.meter
+        if meter is None:
             settings = settings if settings is not None else Settings.from_env()
-            _meter = Meter(settings, backend=backend, clock=clock).start()
-        return _meter
+            meter = Meter(settings, backend=backend, clock=clock).start()
+            PROCESS_METER.hold(meter)
+        return meter
 
 
 def get_meter() -> Meter | None:
-    return _meter
+    return PROCESS_METER.meter
 
 
 def stop_meter() -> None:
     """Stop the process-wide meter and release the backend. Idempotent."""
-    global _meter
     with _meter_lock:
-        meter, _meter = _meter, None
+        meter = PROCESS_METER.meter
+        PROCESS_METER.hold(None)
     if meter is not None:
         meter.stop()
 

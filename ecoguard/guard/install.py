@@ -119,7 +119,7 @@ def install(
         if RUNTIME.settings != settings or not RUNTIME.active:
             RUNTIME.policy = Policy(settings)
         RUNTIME.settings = settings
-        RUNTIME.get_meter, RUNTIME.call_info = energy.get_meter, energy.CallInfo
+        RUNTIME.meter_slot, RUNTIME.call_info = energy.PROCESS_METER, energy.CallInfo
         RUNTIME.coalesce, RUNTIME.batch_rows = (
             (coalescing_generate, BATCH_ROWS) if settings.batching else (None, None)
         )

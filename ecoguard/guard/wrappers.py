@@ -18,6 +18,7 @@ from typing import Any
 
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
+from ecoguard.energy import MeterSlot
 from ecoguard.errors import EnergyTrapError
 from ecoguard.faults import contained, record_fault
 from ecoguard.findings import Finding
@@ -40,7 +41,7 @@ _load_depth: contextvars.ContextVar[int] = contextvars.ContextVar("ecoguard_load
 _REFUSAL: tuple[type[BaseException], ...] = (EnergyTrapError,)
 
 
-@dataclass
+@dataclass(slots=True)
 class ModelState:
     """What the guard remembers about one model object (weakly keyed: dies with the model)."""
 
@@ -57,18 +58,71 @@ class ModelState:
     first_param: Any = None  # weakref to the model's first parameter
 
 
-@dataclass
+def _no_model() -> None:
+    return None
+
+
+class ModelStates(weakref.WeakKeyDictionary):
+    """Model -> ModelState, weakly keyed, plus ``last``: (weak reference, state) of the model
+    looked up last. A serving process calls one model, whose state is then found by calling one
+    weak reference, without hashing the model (see ``generate_wrapper``). Any change to the
+    mapping forgets ``last``; a model that dies leaves a dead reference, which matches nothing."""
+
+    def __init__(self) -> None:
+        self.last: tuple[Callable[[], Any], ModelState | None] = (_no_model, None)
+        super().__init__()
+
+    def remember_last(self, model: Any, state: ModelState) -> None:
+        try:
+            self.last = (weakref.ref(model), state)
+        except TypeError:  # not weak-referenceable: looked up in the mapping each time
+            pass
+
+    def _forget_last(self) -> None:
+        self.last = (_no_model, None)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._forget_last()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._forget_last()
+        super().__delitem__(key)
+
+    def clear(self) -> None:
+        self._forget_last()
+        super().clear()
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._forget_last()
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[Any, Any]:
+        self._forget_last()
+        return super().popitem()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._forget_last()
+        return super().setdefault(key, default)
+
+    def update(self, other: Any = None, /, **kwargs: Any) -> None:
+        self._forget_last()
+        super().update(other, **kwargs)
+
+
+@dataclass(slots=True)
 class Runtime:
     """The guard's live configuration, swapped by install()/uninstall()."""
 
     active: bool = False
     settings: Settings = field(default_factory=Settings)
     policy: Policy = field(default_factory=lambda: Policy(Settings()))
-    get_meter: Callable[[], Any] | None = None
+    # The running meter, read on every generate call (energy.PROCESS_METER once installed).
+    meter_slot: MeterSlot = field(default_factory=MeterSlot)
     call_info: Callable[..., Any] | None = None
-    coalesce: Callable[..., Any] | None = None
+    coalesce: Callable[..., Any] | None = None  # set by install() exactly while batching is on
     batch_rows: Any = None  # ecoguard.batching.BATCH_ROWS while batching is on
-    models: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    models: ModelStates = field(default_factory=ModelStates)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -225,15 +279,19 @@ def from_pretrained_wrapper(
 
 
 def _state_for(model: Any) -> ModelState:
-    """The model's remembered state; a model loaded before install (or not through
-    from_pretrained) is analysed once here, with its load-time rules reported as ``generate``."""
-    state = RUNTIME.models.get(model)
+    """The model's remembered state (and now ``models.last``); a model loaded before install
+    (or not through from_pretrained) is analysed once here, with its load-time rules reported as
+    ``generate``."""
+    models = RUNTIME.models
+    state = models.get(model)
     if state is not None:
+        models.remember_last(model, state)
         return state
     deployment = extract.facts_from_model(model).with_(
         gpu=detect_gpu(), software=software_versions()
     )
     state = _remember(model, deployment)
+    models.remember_last(model, state)
     RUNTIME.policy.act_on(
         evaluate(deployment, settings=RUNTIME.settings, only=LOAD_RULES),
         source="generate",
@@ -287,7 +345,15 @@ def _batching_fix_note(finding: Finding) -> FixOutcome:
 def generate_wrapper(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """wrapt wrapper for ``GenerationMixin.generate`` (``instance`` is the model)."""
+    """wrapt wrapper for ``GenerationMixin.generate`` (``instance`` is the model).
+
+    Its per-call path is written for a real call, where milliseconds of model work leave the
+    guard's code and data out of the CPU's caches and each function called or object touched
+    costs about a microsecond or more, so the common case calls no function of ecoguard's: the
+    last model's state is found by calling one weak reference, the batch size is read inline
+    from the ids' shape, the meter is one attribute read that is None when there is nothing to
+    measure, and with batching off the call goes straight to ``wrapped``
+    (benchmarks/RESULTS.md)."""
     runtime = RUNTIME
     if not runtime.active or _generate_depth.get():
         return wrapped(*args, **kwargs)
@@ -298,31 +364,34 @@ def generate_wrapper(
         # call; entering even a prebuilt contained costs about 0.3 µs of CPU here against
         # 0.03 µs for a try block (1M-iteration loop, thread CPU), a tenth of the guard's path.
         try:
-            state = runtime.models.get(instance) or _state_for(instance)
-            if runtime.coalesce is None or not runtime.settings.batching:
-                _track_batch_size(state, _batch_size(args, kwargs))
+            last = runtime.models.last
+            state = last[1] if last[0]() is instance else _state_for(instance)
+            if runtime.coalesce is None:  # (with batching on, _call counts the rows the GPU ran)
+                try:  # the usual call: the tensor of token ids, first or as ``input_ids``
+                    rows = (args[0] if args else kwargs["input_ids"]).shape[0]
+                except (AttributeError, IndexError, KeyError, TypeError):
+                    rows = _batch_size(args, kwargs)  # anything else, the long way
+                if rows != 1:
+                    state.consecutive_bs1 = 0
+                else:
+                    _track_batch_size(state, rows)
         except _REFUSAL:
             raise
         except Exception as exc:
             record_fault("guard.generate", exc)
         meter = None
-        if runtime.get_meter is not None and state is not None:
+        if state is not None:
             try:
-                meter = runtime.get_meter()
+                meter = runtime.meter_slot.measurable
             except Exception as exc:
                 record_fault("guard.meter", exc)
-        if meter is None or not _can_measure(meter):
+        if meter is None:  # no meter, or no GPU to read: nothing to measure
+            if runtime.coalesce is None:
+                return wrapped(*args, **kwargs)
             return _call(runtime, state, wrapped, instance, args, kwargs)[0]
         return _measured_call(runtime, meter, state, wrapped, instance, args, kwargs)
     finally:
         _generate_depth.reset(token)
-
-
-def _can_measure(meter: Any) -> bool:
-    """False for a meter with no GPU to read (no backend): its window would measure nothing and
-    publish no record, so the call is not opened at all."""
-    tracks = getattr(meter, "tracks", None)
-    return tracks is None or len(tracks) > 0
 
 
 def _devices_for(state: ModelState, model: Any) -> tuple[int, ...] | None:

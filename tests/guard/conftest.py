@@ -59,11 +59,15 @@ class FakeMeter:
 @pytest.fixture
 def fake_meter():
     """Install a FakeMeter as the running meter for the guard (after install())."""
+    from ecoguard.energy import MeterSlot
     from ecoguard.guard.wrappers import RUNTIME
 
     meter = FakeMeter()
 
-    def attach():
+    def attach(**attributes):
+        # Set before the slot holds the meter: a real meter's tracks are fixed when it is built.
+        for name, value in attributes.items():
+            setattr(meter, name, value)
         from dataclasses import dataclass
 
         @dataclass(frozen=True)
@@ -76,7 +80,7 @@ def fake_meter():
             deployment: object = None
             label: object = None
 
-        RUNTIME.get_meter = lambda: meter
+        RUNTIME.meter_slot = MeterSlot(meter)
         RUNTIME.call_info = Info
         return meter
 

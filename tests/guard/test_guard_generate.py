@@ -172,10 +172,12 @@ def test_fail_open_generate(tiny_llama_dir, fake_meter, monkeypatch):
     monkeypatch.setattr(wrappers, "_track_batch_size", boom)
     monkeypatch.setattr(meter, "begin", boom)
     monkeypatch.setattr(meter, "end", boom)
-    guarded = sample(model)
+    guarded = sample(model)  # two rows: the streak is reset inline; the meter's begin raises
     assert torch.equal(plain, guarded)
+    # One row reaches _track_batch_size, which raises: counted, and the call still runs.
+    assert model.generate(torch.tensor([[1, 5]]), max_new_tokens=1).shape == (1, 3)
     faults = fault_counts()
-    assert faults["guard.generate"] == 1 and faults["guard.meter.begin"] == 1
+    assert faults["guard.generate"] == 1 and faults["guard.meter.begin"] == 2
     # A model whose facts cannot be read at all still runs untouched.
     monkeypatch.setattr(wrappers.extract, "facts_from_model", boom)
     wrappers.RUNTIME.models.clear()
@@ -222,8 +224,7 @@ def test_meter_with_no_gpu_opens_no_window(tiny_llama_dir, fake_meter, monkeypat
         lambda *a, **k: extracted.append(a) or real_facts(*a, **k),
     )
     install(mode="warn", measure=False)
-    meter = fake_meter()
-    meter.tracks = []  # a meter with no GPU backend: nothing to measure
+    meter = fake_meter(tracks=[])  # a meter with no GPU backend: nothing to measure
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
     plain = sample(model)
     assert meter.begins == [] and meter.ends == [] and extracted == []

@@ -143,8 +143,14 @@ def _stage_targets() -> dict[str, Callable[[pytest.MonkeyPatch, Sabotage], None]
         original_queue = ledger._queue
         mp.setattr(ledger, "_queue", BrokenQueue())
 
-    def get_meter_fault(mp: pytest.MonkeyPatch, sab: Sabotage) -> None:
-        mp.setattr(RUNTIME, "get_meter", sab.raiser)
+    def meter_slot_fault(mp: pytest.MonkeyPatch, sab: Sabotage) -> None:
+        # The guard reads the running meter from its slot on every call: make that read raise.
+        class BrokenSlot:
+            @property
+            def measurable(self) -> Any:
+                return sab.raiser()
+
+        mp.setattr(RUNTIME, "meter_slot", BrokenSlot())
 
     return {
         "rules.evaluate": attr(wrappers, "evaluate"),
@@ -159,7 +165,7 @@ def _stage_targets() -> dict[str, Callable[[pytest.MonkeyPatch, Sabotage], None]
         "policy.report": attr(policy.Policy, "report"),
         "policy.user_call_site": attr(wrappers, "user_call_site"),
         "estimator.estimate": estimator_fault,
-        "meter.get_meter": get_meter_fault,
+        "meter.slot": meter_slot_fault,
         "meter.begin": attr(meter_mod.Meter, "begin"),
         "meter.end": attr(meter_mod.Meter, "end"),
         "meter.record": attr(meter_mod.Meter, "_record"),
@@ -186,7 +192,7 @@ GENERATE_STAGES = (
     "tokens.output_sequences",
     "policy.report",
     "estimator.estimate",
-    "meter.get_meter",
+    "meter.slot",
     "meter.begin",
     "meter.end",
     "meter.record",
