@@ -8,23 +8,24 @@ batch size 4 (so no batch-size-one streak builds up). No torch needed.
 
 Real models (warn, meter on, no GPU backend), with ``--real``: tiny Llama models built from a
 ``LlamaConfig`` (2 and 32 layers, hidden size 16, random weights), ``generate`` with
-``min_new_tokens`` = ``max_new_tokens`` = 2, batch size 2, one torch thread. Two figures, both
-in thread CPU time (``time.thread_time``):
+``min_new_tokens`` = ``max_new_tokens`` = 2, batch size 2, one torch thread, the guard installed
+throughout. Each round times the same model three ways in thread CPU time
+(``time.thread_time``): unwrapped, under the guard's wrapper, and under a pass-through wrapt
+wrapper (``wrapped(*args, **kwargs)`` and nothing else) installed the same way, the last two in
+rotating order. Figures, medians over the rounds:
 
-- A/B/A: rounds of unguarded, guarded, unguarded calls (install/uninstall between rounds); the
-  guard's cost is guarded minus the mean of the two unguarded rounds around it. A generate call
-  here costs milliseconds, so this difference is within the noise of a shared machine.
-- isolated: the guard's own CPU per call: the CPU spent outside the real ``generate`` (timed
-  from inside the guard's wrapper) in guarded rounds, minus the same in the unguarded rounds
-  around them, so the noise of the model's own work drops out.
-- the same isolated figure for a pass-through wrapt wrapper (``wrapped(*args, **kwargs)`` and
-  nothing else) installed the same way: the floor any wrapper pays on this path. After
+- whole-call difference: guarded minus unwrapped CPU per call. A call costs milliseconds, so
+  this is within the noise of a shared machine.
+- isolated: the CPU spent outside the real ``generate`` (each call's inner CPU is timed),
+  wrapped minus unwrapped, so the model's own work and its noise drop out.
+- guard over the pass-through: the two isolated figures of the same round subtracted. After
   milliseconds of model work the CPU's caches hold the model's data, not the wrapper's code, so
-  even that floor is tens of µs here against well under 1 µs in a hot loop. The guard's own
-  cost on a real call is its isolated figure minus this floor.
+  even a wrapper that does nothing pays about 15-20 µs here against well under 1 µs in a hot
+  loop; that floor is what a wrapt patch costs (the project patches only through wrapt), and
+  the guard's own cost on a real call is what it adds on top.
 
     .venv/bin/python benchmarks/guard_overhead.py [--calls 200000] [--rounds 7]
-    .venv/bin/python benchmarks/guard_overhead.py --real [--real-calls 40] [--real-rounds 3]
+    .venv/bin/python benchmarks/guard_overhead.py --real [--real-calls 40] [--real-rounds 15]
 """
 
 from __future__ import annotations
@@ -114,9 +115,16 @@ def _pass_through(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     return wrapped(*args, **kwargs)
 
 
-def _real_overhead(layers: int, calls: int, rounds: int, wrapper: Any = None) -> dict[str, float]:
-    """Thread-CPU µs per call: unguarded, guarded, A/B/A difference, and the isolated figure
-    (with ``wrapper`` in place of the guard's, for the pass-through floor)."""
+def _median_us(seconds: list[float]) -> float:
+    return statistics.median(seconds) * 1e6
+
+
+def _real_overhead(layers: int, calls: int, rounds: int) -> dict[str, float]:
+    """Thread-CPU µs per call on one real model, the guard installed throughout (warn, meter on,
+    no GPU backend). Each round times ``calls`` calls three ways, the last two in rotating
+    order: the unwrapped generate, the guard's wrapper and a pass-through wrapper (both through
+    wrapt, as the patch table installs them). Each call's CPU inside the real generate is timed,
+    so a wrapper's isolated cost is the CPU outside it minus the unwrapped round's."""
     import torch
 
     model = _tiny_llama(layers)
@@ -145,22 +153,16 @@ def _real_overhead(layers: int, calls: int, rounds: int, wrapper: Any = None) ->
         finally:
             inner_cpu[0] += time.thread_time() - start
 
-    # Both kinds of round call a timed copy of the real generate, so the CPU spent inside the real
-    # call is known; guarded rounds wrap it with the guard's own wrapper through wrapt (as the
-    # patch table does), unguarded rounds call it with nothing installed.
     cls = type(model)
-    guarded_generate = wrapt.FunctionWrapper(
-        timed_generate, wrapper if wrapper is not None else wrappers.generate_wrapper
-    )
+    wrapped = {
+        "guard": wrapt.FunctionWrapper(timed_generate, wrappers.generate_wrapper),
+        "pass": wrapt.FunctionWrapper(timed_generate, _pass_through),
+    }
 
-    def round_cpu(guarded: bool) -> tuple[float, float]:
-        if guarded:
-            install(mode="warn", measure=True)
-            cls.generate = guarded_generate
-        else:
-            uninstall()
-            cls.generate = timed_generate
-        call()  # uninstall() forgets the model: its one-time analysis is not a per-call cost
+    def round_cpu(generate: Any) -> tuple[float, float]:
+        """(CPU per call, CPU per call inside the real generate)."""
+        cls.generate = generate
+        call()
         inner_cpu[0] = 0.0
         start = time.thread_time()
         for _ in range(calls):
@@ -168,30 +170,32 @@ def _real_overhead(layers: int, calls: int, rounds: int, wrapper: Any = None) ->
         total = time.thread_time() - start
         return total / calls, inner_cpu[0] / calls
 
+    install(mode="warn", measure=True)
     try:
-        round_cpu(True)  # warm up
-        plain, guarded, aba, isolated = [], [], [], []
-        before = round_cpu(False)
-        for _ in range(rounds):
-            total, inner = round_cpu(True)
-            after = round_cpu(False)
-            plain.extend((before[0], after[0]))
-            guarded.append(total)
-            aba.append(total - (before[0] + after[0]) / 2)
-            # CPU outside the real generate, guarded minus unguarded (the caller's loop and
-            # no_grad block cost the same in both and cancel).
-            outside_plain = (before[0] - before[1] + after[0] - after[1]) / 2
-            isolated.append(total - inner - outside_plain)
-            before = after
+        for generate in wrapped.values():
+            round_cpu(generate)  # warm up; the guard analyses the model once, here
+        whole: dict[str, list[float]] = {name: [] for name in wrapped}
+        isolated: dict[str, list[float]] = {name: [] for name in wrapped}
+        over_pass = []
+        names = list(wrapped)
+        for index in range(rounds):
+            plain_total, plain_inner = round_cpu(timed_generate)
+            for name in names[index % 2 :] + names[: index % 2]:
+                total, inner = round_cpu(wrapped[name])
+                whole[name].append(total - plain_total)
+                isolated[name].append((total - inner) - (plain_total - plain_inner))
+            over_pass.append(isolated["guard"][-1] - isolated["pass"][-1])
     finally:
         uninstall()
         del cls.generate
     return {
         "path_us": _guard_path_alone(model, ids, mask, calls * 500, rounds),
-        "unguarded_us": statistics.median(plain) * 1e6,
-        "guarded_us": statistics.median(guarded) * 1e6,
-        "aba_us": statistics.median(aba) * 1e6,
-        "isolated_us": statistics.median(isolated) * 1e6,
+        "unguarded_us": plain_total * 1e6,
+        "whole_us": _median_us(whole["guard"]),
+        "isolated_us": _median_us(isolated["guard"]),
+        "pass_us": _median_us(isolated["pass"]),
+        "over_pass_us": _median_us(over_pass),
+        "over_pass_spread": (min(over_pass) * 1e6, max(over_pass) * 1e6),
     }
 
 
@@ -231,25 +235,16 @@ def real_model_overhead(args: argparse.Namespace) -> None:
     from ecoguard.energy import get_meter
 
     for layers in (2, 32):
-        # guard, floor, guard, floor: both see the same drift of the machine
-        guard, floor = [], []
-        for _ in range(2):
-            figures = _real_overhead(layers, args.real_calls, args.real_rounds)
-            guard.append(figures["isolated_us"])
-            floor.append(
-                _real_overhead(layers, args.real_calls, args.real_rounds, _pass_through)[
-                    "isolated_us"
-                ]
-            )
-        isolated, passing = statistics.median(guard), statistics.median(floor)
+        figures = _real_overhead(layers, args.real_calls, args.real_rounds)
+        low, high = figures["over_pass_spread"]
         print(
-            f"real tiny Llama, {layers:2d} layers: unguarded {figures['unguarded_us']:.0f} µs, "
-            f"guarded {figures['guarded_us']:.0f} µs per call (thread CPU); guard's cost "
-            f"A/B/A {figures['aba_us']:+.1f} µs, isolated {isolated:.1f} µs, pass-through "
-            f"wrapper's isolated {passing:.1f} µs, guard over the pass-through "
-            f"{isolated - passing:+.1f} µs (medians of 2 x {args.real_rounds} rounds x "
-            f"{args.real_calls} calls); guard path alone (no-op generate on this model) "
-            f"{figures['path_us']:.2f} µs"
+            f"real tiny Llama, {layers:2d} layers: unguarded {figures['unguarded_us']:.0f} µs per "
+            f"call (thread CPU); guard's whole-call difference {figures['whole_us']:+.1f} µs; "
+            f"isolated: guard {figures['isolated_us']:.1f} µs, pass-through wrapper "
+            f"{figures['pass_us']:.1f} µs, guard over the pass-through "
+            f"{figures['over_pass_us']:+.1f} µs (rounds {low:+.1f} to {high:+.1f}; medians of "
+            f"{args.real_rounds} rounds x {args.real_calls} calls); guard path alone (no-op "
+            f"generate on this model) {figures['path_us']:.2f} µs"
         )
     assert get_meter() is None  # the meter the benchmark started is stopped again
 
@@ -260,7 +255,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--real", action="store_true", help="also time real tiny models")
     parser.add_argument("--real-calls", type=int, default=40)
-    parser.add_argument("--real-rounds", type=int, default=3)
+    parser.add_argument("--real-rounds", type=int, default=15)
     args = parser.parse_args()
     fake_model_overhead(args)
     if args.real:

@@ -22,7 +22,7 @@ run() {
   tail -n 3 "$out/$name.txt"
 }
 run import_time      "$py" benchmarks/import_time.py --repeats 15
-run guard_overhead   "$py" benchmarks/guard_overhead.py --calls 100000 --rounds 5
+run guard_overhead   "$py" benchmarks/guard_overhead.py --calls 100000 --rounds 5 --real --real-rounds 15
 run advise_latency   "$py" benchmarks/advise_latency.py --repeat 5
 run scrape_time      "$py" benchmarks/scrape_time.py
 run ledger           "$py" benchmarks/ledger_throughput.py
