@@ -9,7 +9,6 @@ from ecoguard.advisor.protocols.base import (
     cited_result,
 )
 from ecoguard.advisor.texts import Text
-from ecoguard.audit import audit_paths, audit_source
 from ecoguard.findings import Finding, Mood, weakest_tier
 
 
@@ -22,6 +21,10 @@ def audit(
 ) -> AdvisorResult:
     """The code audit (``ecoguard.audit``): files by path, or code pasted into a question
     (``code``: audited as text with ``audit_source``, never run). Nothing to audit is gray."""
+    # The audit package is about a tenth of a fresh `ecoguard advise` process's imports
+    # (benchmarks/advise_latency.py).
+    from ecoguard.audit import audit_paths, audit_source  # lazy: only audit questions need it
+
     if code:
         report = audit_source(code, "<question>", gpu=gpu, time_limit_s=2.0)
     elif paths:
