@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 
 from ecoguard._paths import data_dir
@@ -346,29 +346,26 @@ class _Grid:
     requests: int
 
     def monthly(self, per_request_j: float | None, request_range: Range | None) -> Monthly:
-        if per_request_j is None or request_range is None:
-            return Monthly(
-                requests=self.requests,
-                energy_kwh=None,
-                cost_usd=None,
-                co2_kg=None,
-                region=self.region,
-                price_usd_per_kwh=self.price_usd_per_kwh,
-                gco2_per_kwh=self.gco2_per_kwh,
-                pue=self.pue,
-            )
-        kwh_per_j = self.requests * self.pue / 3.6e6
-        low, high = request_range[0] * kwh_per_j, request_range[1] * kwh_per_j
-        energy_kwh = per_request_j * kwh_per_j
-        return Monthly(
+        terms = Monthly(
             requests=self.requests,
-            energy_kwh=energy_kwh,
-            cost_usd=energy_kwh * self.price_usd_per_kwh,
-            co2_kg=energy_kwh * self.gco2_per_kwh / 1000.0,
+            energy_kwh=None,
+            cost_usd=None,
+            co2_kg=None,
             region=self.region,
             price_usd_per_kwh=self.price_usd_per_kwh,
             gco2_per_kwh=self.gco2_per_kwh,
             pue=self.pue,
+        )
+        if per_request_j is None or request_range is None:
+            return terms  # the grid's terms, with no figure to apply them to
+        kwh_per_j = self.requests * self.pue / 3.6e6
+        low, high = request_range[0] * kwh_per_j, request_range[1] * kwh_per_j
+        energy_kwh = per_request_j * kwh_per_j
+        return replace(
+            terms,
+            energy_kwh=energy_kwh,
+            cost_usd=energy_kwh * self.price_usd_per_kwh,
+            co2_kg=energy_kwh * self.gco2_per_kwh / 1000.0,
             energy_kwh_range=(low, high),
             cost_usd_range=(low * self.price_usd_per_kwh, high * self.price_usd_per_kwh),
             co2_kg_range=(low * self.gco2_per_kwh / 1000.0, high * self.gco2_per_kwh / 1000.0),
