@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import re
 import threading
 from functools import cache
 from pathlib import Path
+from stat import S_ISREG
 
 from ecoguard._paths import load_data
 from ecoguard.deployment import normalize_precision
@@ -38,6 +40,10 @@ _local_lock = threading.Lock()
 _file_cache: tuple[tuple[str, int, int], tuple[ReferenceRow, ...]] | None = None
 
 LOCAL_DATA_ENV = "ECOGUARD_LOCAL_DATA"
+# A bench row is about 1 KB: 64 MiB holds tens of thousands of them, and bounds what a wrong
+# path (a device file, a huge log) can cost.
+LOCAL_DATA_MAX_BYTES = 64 * 1024 * 1024
+_log = logging.getLogger("ecoguard.knowledge")
 
 
 @cache
@@ -65,9 +71,13 @@ def read_local_rows(path: Path) -> tuple[ReferenceRow, ...]:
     a fault (a torn last line after a crash must not hide the others); a later line with the same
     id replaces an earlier one."""
     rows: dict[str, ReferenceRow] = {}
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            line = line.strip()
+    with path.open("rb") as handle:
+        for raw in handle:
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:  # one bad byte costs its line, not the file
+                record_fault("knowledge.local_rows", exc)
+                continue
             if not line:
                 continue
             try:
@@ -94,6 +104,14 @@ def _file_local_rows() -> tuple[ReferenceRow, ...]:
     cached = _file_cache
     if cached is not None and cached[0] == key:
         return cached[1]
+    refused = _refused_local_file(path, stat)
+    if refused:
+        # A fifo would block the reader forever and /dev/zero would fill memory: only a plain
+        # file of a sane size is read. Said once per change of the file, then cached as empty.
+        record_fault("knowledge.local_rows", UsageError(refused))
+        _log.warning("ecoguard: %s", refused)
+        _file_cache = (key, ())
+        return ()
     try:
         rows = read_local_rows(path)
     except OSError as exc:  # unreadable file: the shipped data still answers
@@ -101,6 +119,22 @@ def _file_local_rows() -> tuple[ReferenceRow, ...]:
         rows = ()
     _file_cache = (key, rows)
     return rows
+
+
+def _refused_local_file(path: Path, stat: os.stat_result) -> str | None:
+    """Why the local dataset at ``path`` is not read, or None when it is a plain file of at most
+    :data:`LOCAL_DATA_MAX_BYTES`."""
+    if not S_ISREG(stat.st_mode):
+        return (
+            f"local dataset {path} ({LOCAL_DATA_ENV}) is not a regular file; it was not read "
+            "(accepted: a JSON-lines file written by `ecoguard bench`)"
+        )
+    if stat.st_size > LOCAL_DATA_MAX_BYTES:
+        return (
+            f"local dataset {path} ({LOCAL_DATA_ENV}) is {stat.st_size:,} bytes, over the "
+            f"{LOCAL_DATA_MAX_BYTES:,}-byte limit; it was not read"
+        )
+    return None
 
 
 # (the local file's rows object, _local_version, the combined tuple)
