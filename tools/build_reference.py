@@ -1657,6 +1657,35 @@ def render_readme(rows: list[Row], src: Path) -> str:
     return "\n".join(lines)
 
 
+SKILL = "ecocompute-dynamic-eval/skills/ecocompute/SKILL.md"
+STUDY_CLAIM = re.compile(
+    r"(\d+)\+ configurations \((\d+) primary \+ (\d+) Tesla T4 \+ (\d+) supplementary\)"
+)
+# The formula-generated dataset (not vendored, never read): its row count as data/README says.
+EXCLUDED_ROWS = 560
+
+
+def published_counts(src: Path) -> dict:
+    """The study's own counts as its skill text prints them ("360+ configurations (113 primary
+    + 140 Tesla T4 + 107 supplementary)"), with the file and line quoted, and the row count of
+    the formula-generated dataset ecoguard leaves out."""
+    text = (src / SKILL).read_text(encoding="utf-8")
+    match = STUDY_CLAIM.search(text)
+    if match is None:
+        raise SystemExit(f"build_reference: the study's count claim is missing from {SKILL}")
+    total, primary, t4, supplementary = (int(g) for g in match.groups())
+    return {
+        "claim": match.group(0),
+        "source": SKILL,
+        "configurations_claimed": total,
+        "primary": primary,
+        "tesla_t4": t4,
+        "supplementary": supplementary,
+        "formula_generated_rows": EXCLUDED_ROWS,
+        "formula_generated_source": EXCLUDED,
+    }
+
+
 def build(src: Path, out: Path) -> list[Row]:
     if not src.is_dir():
         raise SystemExit(f"build_reference: source folder {src} not found")
@@ -1665,6 +1694,7 @@ def build(src: Path, out: Path) -> list[Row]:
     payload = {
         "schema_version": SCHEMA_VERSION,
         "attribution": "Hongping Zhang, EcoCompute (2026), Zenodo 10.5281/zenodo.19647290, CC BY 4.0",
+        "published": published_counts(src),
         "rows": [row_to_json(r) for r in rows],
     }
     text = json.dumps(payload, indent=1, sort_keys=True, ensure_ascii=False) + "\n"

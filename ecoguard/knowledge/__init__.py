@@ -6,6 +6,7 @@ is in :mod:`ecoguard.knowledge.estimator` (also reachable here as ``estimate``/`
 
 from __future__ import annotations
 
+from ecoguard.knowledge.counts import DataCounts, PublishedCounts, data_counts
 from ecoguard.knowledge.crossover import crossover
 from ecoguard.knowledge.estimator import Estimate, Monthly, estimate
 from ecoguard.knowledge.memory import MemoryNeed, memory_need
@@ -35,6 +36,7 @@ from ecoguard.knowledge.tables import (
 
 __all__ = [
     "Crossover",
+    "DataCounts",
     "Equivalent",
     "Estimate",
     "GpuProfile",
@@ -42,10 +44,12 @@ __all__ = [
     "MemoryNeed",
     "ModelInfo",
     "Monthly",
+    "PublishedCounts",
     "ReferenceRow",
     "add_local_rows",
     "clear_local_rows",
     "crossover",
+    "data_counts",
     "equivalents",
     "estimate",
     "find_rows",

@@ -10,6 +10,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, ModelSpec, normalize_precision
 from ecoguard.errors import UsageError
 from ecoguard.knowledge import (
+    data_counts,
     find_rows,
     gpu_profiles,
     model_registry,
@@ -106,10 +107,16 @@ def _data(args: argparse.Namespace) -> int:
         {"gpu": g, "precision": p, "tier": t, "rows": n} for (g, p, t), n in sorted(counts.items())
     ]
     tiers = Counter(r.tier for r in rows)
+    study = data_counts()
     if args.json:
         print(
             json.dumps(
-                {"total": len(rows), "by_tier": dict(sorted(tiers.items())), "counts": table},
+                {
+                    "total": len(rows),
+                    "by_tier": dict(sorted(tiers.items())),
+                    "counts": table,
+                    "study": study.to_dict(),
+                },
                 indent=2,
             )
         )
@@ -118,6 +125,9 @@ def _data(args: argparse.Namespace) -> int:
     print(f"{'GPU':<13} {'precision':<16} {'tier':<9} rows")
     for entry in table:
         print(f"{entry['gpu']:<13} {entry['precision']:<16} {entry['tier']:<9} {entry['rows']}")
+    print("\nThe shipped rows beside the study's published counts:")
+    for note in study.notes:
+        print(f"  - {note}")
     return 0
 
 

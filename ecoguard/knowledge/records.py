@@ -27,6 +27,11 @@ class ReferenceRow:
     ``end_to_end`` rows. ``idle_added_w`` is set where ecoguard added back the idle power the
     source had subtracted (``energy_j_per_1k`` = ``energy_j_per_1k_stated`` + idle_added_w x 1000
     / throughput_tok_s); ``params_b`` is the model registry's size for ``model_key``.
+    ``offloaded`` is True where the configuration needs more memory than the GPU has (the
+    ``vram-overflow`` rule's model, :mod:`ecoguard.knowledge.memory`): the run must have
+    offloaded weights, so the row is shown, flagged, and kept out of every fit, ratio and carry.
+    ``quotes`` names the session (``source#session``) whose run this row quotes when another
+    document already gives the same configuration with the same figures: one session, not two.
     """
 
     id: str
@@ -61,6 +66,8 @@ class ReferenceRow:
     energy_j_per_request_std: float | None = None
     idle_added_w: float | None = None
     energy_j_per_1k_stated: float | None = None
+    offloaded: bool = False
+    quotes: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
