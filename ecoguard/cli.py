@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import sys
 from collections.abc import Sequence
 
@@ -142,7 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         check_arguments(args)
-        return int(func(args) or 0)
+        code = int(func(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader that closed the pipe is seen here
+        return code
+    except BrokenPipeError:
+        # The reader closed the pipe (`ecoguard data --rows | head -1`): it has what it wanted,
+        # which is not an error. Point stdout at devnull so the interpreter's own flush at exit
+        # does not raise again (the recipe in Python's signal module documentation).
+        _detach_stdout()
+        return 0
     except UsageError as exc:
         print(f"ecoguard: error: {exc}", file=sys.stderr)
         return 2
@@ -154,8 +163,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ecoguard: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _detach_stdout() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO): nothing to do
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

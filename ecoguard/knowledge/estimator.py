@@ -401,7 +401,7 @@ def _resolve_subject(deployment: Deployment) -> _Subject:
     return _Subject(gpu, model, model.id if registered and model else None, params_b)
 
 
-def _inputs(deployment: Deployment, gpu: GpuProfile | None, holdout: str | None) -> _Inputs:
+def _inputs(deployment: Deployment, subject: _Subject, holdout: str | None) -> _Inputs:
     assumptions: list[str] = []
     precision = resolved_precision(deployment)
     if deployment.precision is None:
@@ -412,14 +412,9 @@ def _inputs(deployment: Deployment, gpu: GpuProfile | None, holdout: str | None)
         assumptions.append(
             f"generation length not given; assumed {DEFAULT_GENERATION_TOKENS} tokens"
         )
-    if gpu is not None and precision == "bf16" and not gpu.bf16:
-        assumptions.append(f"{gpu.key} ({gpu.architecture}) has no native bf16")
-    if holdout is not None:
-        assumptions.append(
-            "hold-out: answered as if the rows of this "
-            + ("configuration" if holdout == "config" else "GPU")
-            + " were absent"
-        )
+    if subject.gpu is not None and precision == "bf16" and not subject.gpu.bf16:
+        assumptions.append(f"{subject.gpu.key} ({subject.gpu.architecture}) has no native bf16")
+    assumptions += [_holdout_note(deployment, subject, holdout)] if holdout and subject.gpu else []
     prompt = deployment.prompt_tokens
     return _Inputs(
         precision=precision,
@@ -430,6 +425,17 @@ def _inputs(deployment: Deployment, gpu: GpuProfile | None, holdout: str | None)
         prompt_tokens=prompt if prompt is not None else DEFAULT_PROMPT_TOKENS,
         assumptions=tuple(assumptions),
     )
+
+
+def _holdout_note(deployment: Deployment, subject: _Subject, holdout: str) -> str:
+    what = "configuration" if holdout == "config" else "GPU"
+    key = subject.model_key or _unregistered_key(deployment.model.id, subject.params_b)
+    precision = resolved_precision(deployment).replace("bf16", "fp16")  # the rows _Inputs reads
+    bs = deployment.batch_size or 1
+    held = _evidence_for(subject.gpu, key, subject.params_b, precision, bs, holdout)
+    if len(held.by_config) < len(evidence(tables.reference_rows()).by_config):
+        return f"hold-out: answered as if the rows of this {what} were absent"
+    return f"hold-out: this {what} has no rows in the reference data, none to hold out"
 
 
 def _find_basis(
@@ -501,7 +507,7 @@ def estimate(
     settings = settings or Settings()
     _check_arguments(requests_per_month, holdout)
     subject = _resolve_subject(deployment)
-    inputs = _inputs(deployment, subject.gpu, holdout)
+    inputs = _inputs(deployment, subject, holdout)
     basis, why_none = _find_basis(deployment, subject, inputs, holdout)
     # The same figure the vram-overflow rule judges (ecoguard.knowledge.memory).
     need = memory_need(
