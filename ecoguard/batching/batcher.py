@@ -13,8 +13,14 @@ concurrently, as the same calls would without batching.
 Failure handling: a call that is not eligible (``keys.prepare`` says why) runs alone, untouched.
 If the batched call raises, or cutting the result apart fails, the leader re-runs its own call
 alone and tells each follower to do the same on its own thread: only a caller whose own input is
-bad fails. ``close()`` seals every open group and waits until every caller inside the batcher has
-its result; calls made after ``close()`` run alone.
+bad fails. ``close()`` seals every open group and waits (at most ``timeout_s``) until every caller
+inside the batcher has its result; calls made after ``close()`` run alone.
+
+Fork: a forked child has only the thread that forked, so the callers the parent had inside a
+batcher never leave it there. Every batcher is re-armed in the child (fresh lock, no open groups,
+nobody in flight, no thread pool) by the ``batching`` fork hook (:mod:`ecoguard.forking`),
+registered when the first batcher is made; ``close()`` and new calls in the child never wait for
+the parent's callers.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import math
 import threading
 import time
@@ -36,6 +43,14 @@ from ecoguard.batching.keys import Prepared, prepare
 from ecoguard.batching.merge import pad_left, split
 from ecoguard.errors import UsageError
 from ecoguard.faults import record_fault
+from ecoguard.forking import register_fork_hooks
+
+_log = logging.getLogger("ecoguard.batching")
+
+# How long close() waits by default for the callers inside the batcher to get their results. A
+# batched generate can take a while; past this, close() returns anyway (logged and counted) and
+# those callers still finish on their own threads, each with its result.
+CLOSE_TIMEOUT_S = 30.0
 
 # True while a batcher executes a generate call on this context: a generate reached from inside
 # it (the guard's wrapper around ``model.generate``, a nested call) must not be coalesced again.
@@ -126,6 +141,7 @@ class Batcher:
         self._inflight_changed = threading.Condition(self._lock)
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
+        _watch(self)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -167,19 +183,46 @@ class Batcher:
             return await asyncio.to_thread(call)
         return await asyncio.get_running_loop().run_in_executor(executor, call)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float | None = CLOSE_TIMEOUT_S) -> bool:
         """Stop waiting for partners, let every pending call finish, then shut down.
 
-        Safe to call twice. Calls made afterwards run alone."""
+        Waits at most ``timeout_s`` seconds (None: as long as it takes) for the callers inside
+        the batcher; returns True when they all had their results, False when the wait ran out
+        (logged and counted as fault ``batching.close``: those callers still finish, on their own
+        threads). Safe to call twice. Calls made afterwards run alone."""
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
         with self._lock:
             self._closed = True
             for group in list(self._open.values()):
                 self._seal(group)
             while self._inflight:
-                self._inflight_changed.wait()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._inflight_changed.wait(remaining)
+            left = self._inflight
             executor, self._executor = self._executor, None
+        if left:
+            record_fault("batching.close", TimeoutError(f"{left} caller(s) still inside"))
+            _log.warning(
+                "ecoguard: a batcher closed with %d call(s) still running after %.1f s; they "
+                "finish on their own threads",
+                left,
+                timeout_s,
+            )
         if executor is not None:
-            executor.shutdown(wait=True)
+            executor.shutdown(wait=not left)
+        return not left
+
+    def _rearm_in_child(self) -> None:
+        """In a forked child: the parent's callers (and the pool's threads) are not here, so
+        forget them; a lock a parent thread held at the fork is replaced. The batcher stays
+        open (or closed) as it was, so the child's own calls coalesce as before."""
+        self._lock = threading.Lock()
+        self._inflight_changed = threading.Condition(self._lock)
+        self._open = {}
+        self._inflight = 0
+        self._executor = None
 
     def __enter__(self) -> Batcher:
         return self
@@ -331,6 +374,24 @@ class Batcher:
                     thread_name_prefix="ecoguard-batcher",
                 )
             return self._executor
+
+
+# Every batcher made in this process, re-armed in a forked child (weakly: a batcher the
+# application dropped is not kept alive for that).
+_live: weakref.WeakSet[Batcher] = weakref.WeakSet()
+
+
+def _watch(batcher: Batcher) -> None:
+    _live.add(batcher)
+    register_fork_hooks("batching", after_in_child=_after_fork_in_child)
+
+
+def _after_fork_in_child() -> None:
+    for batcher in list(_live):
+        try:
+            batcher._rearm_in_child()
+        except Exception as exc:  # a fork hook must not raise
+            record_fault("batching.fork", exc)
 
 
 def _plain_invoke(run: Runner, args: tuple, kwargs: dict, callers: int, rows: int) -> Any:

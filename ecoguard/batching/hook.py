@@ -11,11 +11,13 @@ the batched call's energy among the overlapping windows (docs/batching.md, "Ener
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from typing import Any
 
-from ecoguard.batching.batcher import INSIDE_BATCH, Batcher, Runner
+from ecoguard.batching.batcher import CLOSE_TIMEOUT_S, INSIDE_BATCH, Batcher, Runner
 from ecoguard.faults import record_fault
+from ecoguard.forking import register_fork_hooks
 
 _registry: weakref.WeakKeyDictionary[Any, Batcher] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
@@ -44,6 +46,7 @@ def batcher_for(model: Any, settings: Any) -> Batcher:
     ``install``); the old one is closed after its pending callers finish."""
     max_batch_size = int(getattr(settings, "max_batch_size", 16))
     max_wait_ms = float(getattr(settings, "max_wait_ms", 10.0))
+    register_fork_hooks("batching.registry", after_in_child=_fresh_registry_lock)
     stale = None
     with _registry_lock:
         batcher = _registry.get(model)
@@ -63,10 +66,21 @@ def batcher_for(model: Any, settings: Any) -> Batcher:
     return batcher
 
 
-def close_all() -> None:
-    """Close and forget every registry batcher (the guard's uninstall; tests)."""
+def close_all(timeout_s: float | None = CLOSE_TIMEOUT_S) -> bool:
+    """Close and forget every registry batcher (the guard's uninstall; tests), waiting at most
+    ``timeout_s`` seconds for all of them together. True when every caller had its result."""
     with _registry_lock:
         batchers = list(_registry.values())
         _registry.clear()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    drained = True
     for batcher in batchers:
-        batcher.close()
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        drained = batcher.close(remaining) and drained
+    return drained
+
+
+def _fresh_registry_lock() -> None:
+    """In a forked child: a parent thread may have held the registry lock at the fork."""
+    global _registry_lock
+    _registry_lock = threading.Lock()
