@@ -38,6 +38,9 @@ _log = logging.getLogger("ecoguard.bench")
 
 BENCH_LABEL = "ecoguard-bench"
 
+# load_model(model_id, precision, *, on_cuda) -> the model, ready for generate
+ModelLoader = Callable[..., Any]
+
 
 @dataclass
 class SessionInfo:
@@ -314,10 +317,15 @@ def run_bench(
     on_start: Callable[[BenchResult], None] | None = None,
     progress: Progress | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    load_model: ModelLoader | None = None,
 ) -> BenchResult:
     """Run ``plan``; ``on_cell(cell, result)`` is called as each cell ends (measured or skipped),
     ``on_start(result)`` once the session facts are known. A meter passed in is used and left
-    running; otherwise one is made (see :func:`make_meter`) and stopped at the end."""
+    running; otherwise one is made (see :func:`make_meter`) and stopped at the end.
+
+    ``load_model(model_id, precision, on_cuda=...)`` replaces :func:`loading.load_model` (a
+    caller that prepares the model further, e.g. ``torch.compile``, before the cells run); it
+    raises :class:`CellSkipped` for a precision it cannot provide."""
     import torch
 
     settings = settings if settings is not None else Settings.from_env()
@@ -334,7 +342,8 @@ def run_bench(
         if on_start is not None:
             on_start(result)
         with guard_rules_off(), _quiet_transformers():
-            _loop(plan, meter, result, on_cell, progress, sleep, torch)
+            loader = load_model if load_model is not None else loading.load_model
+            _loop(plan, meter, result, on_cell, progress, sleep, torch, loader)
     finally:
         progress.close()
         if own_meter:
@@ -342,7 +351,7 @@ def run_bench(
     return result
 
 
-def _loop(plan, meter, result, on_cell, progress, sleep, torch) -> None:
+def _loop(plan, meter, result, on_cell, progress, sleep, torch, load_model) -> None:
     calls_per_cell = plan.warmup + plan.runs
     progress.start(len(plan.cells) * calls_per_cell)
     baselines: dict[int, CellResult] = {}
@@ -356,7 +365,7 @@ def _loop(plan, meter, result, on_cell, progress, sleep, torch) -> None:
         load_error: str | None = model_error
         try:
             if model_error is None:
-                model = loading.load_model(plan.model, precision, on_cuda=on_cuda)
+                model = load_model(plan.model, precision, on_cuda=on_cuda)
                 if result.info.params is None:
                     result.info.params = loading.parameter_count(model)
                 prompts = loading.prompt_source(model, tokenizer, plan.seed)
