@@ -9,6 +9,7 @@ from typing import Any
 from ecoguard import __version__
 from ecoguard.audit.result import NOTE_KINDS, AuditNote, AuditResult, FileProblem
 from ecoguard.findings import Finding, Impact, Location, Mood
+from ecoguard.printable import shown, valid_utf8
 from ecoguard.rules import RULES
 
 SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -27,34 +28,12 @@ SARIF_LEVELS: dict[Mood, str] = {
 # -- names from the file system ----------------------------------------------------------
 
 
-def shown(text: str) -> str:
-    """``text`` safe to print on one terminal line: a file name may hold a newline (which
-    would forge a report line), terminal escapes (ANSI colours, cursor moves), bidi controls
-    (which reorder what is shown) or bytes that are not UTF-8 (surrogate escapes, which make
-    writing fail). Each is shown as a backslash escape instead; other text is unchanged."""
-    if text.isprintable():  # no control, format (bidi), separator or surrogate characters
-        return text
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-        for ch in _valid(text)
-    )
-
-
-def _valid(text: str) -> str:
-    """Undecodable bytes (surrogate escapes, as os.listdir gives them) as ``\\xff`` text."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def _valid_json(value: Any) -> Any:
     """A JSON-ready structure whose strings all encode to UTF-8 (file names may not)."""
     if isinstance(value, str):
-        return _valid(value)
+        return valid_utf8(value)
     if isinstance(value, dict):
-        return {_valid(str(k)): _valid_json(v) for k, v in value.items()}
+        return {valid_utf8(str(k)): _valid_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_valid_json(v) for v in value]
     return value

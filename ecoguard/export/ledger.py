@@ -87,6 +87,11 @@ _FORK_QUIESCE_S = 2.0
 # service) is tried again this many times, each after SQLite's own busy wait, before the ledger
 # gives up on the file.
 _LOCKED_ATTEMPTS = 6
+# A ledger disabled by a lock another process holds (a long migration, a backup, sqlite3 open in
+# a shell) tries its file again after this long, doubling up to the cap, and writes the records
+# it kept in memory meanwhile: a lock is not a reason to lose the rest of the process' records.
+_RETRY_FIRST_S = 2.0
+_RETRY_MAX_S = 30.0
 
 
 class LedgerWarning(UserWarning):
@@ -123,6 +128,8 @@ class Ledger:
         self.pid = os.getpid()
         self.forked_from: int | None = None  # the parent's pid when re-armed after a fork
         self.degraded: str | None = None  # why the ledger is in memory only; None when healthy
+        self._retry_at: float | None = None  # when a transient degradation is tried again
+        self._retry_s = _RETRY_FIRST_S
         self.memory: deque[Any] = deque(maxlen=memory_size)
         self._reset_counts()
 
@@ -134,12 +141,16 @@ class Ledger:
         self._in_memory_count = 0
         self.failed_batches = 0
         self.rejected = 0  # malformed records the database refused (kept in memory, counted)
+        self._rejected_ids: set[int] = set()  # those records (in memory), never retried
+        self.recovered = 0  # records written from memory after a transient degradation
+        self.lost_at_exit = 0  # records still only in memory when the process exited
         self._loss_warned = False
 
     @property
     def dropped(self) -> int:
-        """Records lost for good: the queue was full, or the in-memory fallback overflowed."""
-        return self.dropped_queue_full + self.memory_dropped
+        """Records lost for good: the queue was full, the in-memory fallback overflowed, or they
+        were still only in memory when the process exited."""
+        return self.dropped_queue_full + self.memory_dropped + self.lost_at_exit
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -272,13 +283,16 @@ class Ledger:
                 if check_first and self._conn is not None:
                     check_integrity(self._conn, self.path)
             except Exception as exc:
-                self._degrade(f"cannot open {self.path}: {exc}")
+                self._degrade(f"cannot open {self.path}: {exc}", retry=_is_transient(exc))
         while True:
+            if self._retry_at is not None and time.monotonic() >= self._retry_at:
+                with self._io_lock:
+                    self._recover()
             try:
                 first = self._queue.get(timeout=0.2)
             except queue.Empty:
                 if self._stop.is_set():
-                    self._close()
+                    self._finish()
                     return
                 continue
             batch = [first]
@@ -307,7 +321,7 @@ class Ledger:
             except Exception as exc:
                 self.failed_batches += 1
                 record_fault("ledger.write", exc)
-                self._degrade(f"cannot write {self.path}: {exc}")
+                self._degrade(f"cannot write {self.path}: {exc}", retry=_is_transient(exc))
         with self._done:
             self.written += len(batch) - len(unwritten)
             self._done.notify_all()
@@ -372,18 +386,24 @@ class Ledger:
                     self._conn.execute(_INSERT, row)
             except _BAD_RECORD_ERRORS as exc:
                 self.rejected += 1
+                self._rejected_ids.add(id(record))
                 record_fault("ledger.bad_record", exc)
                 unwritten.append(record)
             except Exception as exc:
                 self.failed_batches += 1
                 record_fault("ledger.write", exc)
-                self._degrade(f"cannot write {self.path}: {exc}")
+                self._degrade(f"cannot write {self.path}: {exc}", retry=_is_transient(exc))
                 unwritten.extend(batch[index:])
                 break
         return unwritten
 
-    def _degrade(self, reason: str) -> None:
-        """Switch to memory only, warning once (read-only or full disk, locked, corrupt, refused)."""
+    def _degrade(self, reason: str, *, retry: bool = False) -> None:
+        """Switch to memory only, warning once (read-only or full disk, locked, corrupt, refused).
+
+        With ``retry`` (the file was locked or busy) the writer tries the file again later and
+        writes what it kept in memory (:meth:`_recover`)."""
+        if retry:
+            self._retry_at = time.monotonic() + self._retry_s
         if self.degraded is not None:
             return
         self.degraded = reason
@@ -399,6 +419,57 @@ class Ledger:
             "set ECOGUARD_LEDGER to a writable path (or 'off') to choose where they go."
         )
         _say(message, stacklevel=3)
+
+    def _recover(self) -> None:
+        """Writer thread, after a transient degradation: open the file again and write the
+        records kept in memory meanwhile (all but those the database refused as malformed)."""
+        try:
+            conn = connect(self.path, timeout_s=self._busy_timeout_s)
+        except Exception as exc:
+            record_fault("ledger.retry", exc)
+            self._retry_s = min(_RETRY_MAX_S, self._retry_s * 2)
+            self._retry_at = time.monotonic() + self._retry_s
+            return
+        self._conn, self.degraded, self._retry_at = conn, None, None
+        self._retry_s = _RETRY_FIRST_S
+        with self._done:
+            pending = [r for r in self.memory if id(r) not in self._rejected_ids]
+            kept = [r for r in self.memory if id(r) in self._rejected_ids]
+            self.memory.clear()
+            self.memory.extend(kept)
+            self._in_memory_count -= len(pending)
+        written_before = self.written
+        self._write(pending)
+        self.recovered += self.written - written_before
+        _log.warning(
+            "ecoguard ledger %s is writable again: %d records kept in memory were written",
+            self.path,
+            self.written - written_before,
+        )
+
+    def _finish(self) -> None:
+        """Writer thread, stopping: one last try at a transiently degraded file, then close."""
+        if self._retry_at is not None:
+            with self._io_lock:
+                self._recover()
+        self._close()
+
+    def count_lost_at_exit(self) -> int:
+        """At interpreter exit: the records still only in memory die with the process. Count
+        them as dropped and say so (stats said ``dropped: 0`` while they were lost)."""
+        with self._done:
+            held = sum(1 for record in self.memory if id(record) not in self._rejected_ids)
+            lost = held - self.lost_at_exit
+            self.lost_at_exit += max(0, lost)
+        if lost > 0:
+            record_fault("ledger.lost_at_exit", count=lost)
+            _log.warning(
+                "ecoguard ledger %s: %d records held in memory (%s) are lost as the process exits",
+                self.path,
+                lost,
+                self.degraded or "the writer could not write them",
+            )
+        return max(0, lost)
 
     def health(self) -> tuple[str, str | None]:
         """(status, reason): ``ok``; ``degraded`` (records go to memory only); ``losing``
@@ -431,6 +502,8 @@ class Ledger:
                 "queued": self._queue.qsize(),
                 "failed_batches": self.failed_batches,
                 "rejected": self.rejected,
+                "recovered": self.recovered,
+                "lost_at_exit": self.lost_at_exit,
                 "degraded": self.degraded,
             }
 
@@ -509,6 +582,12 @@ def _after_fork_in_child() -> None:
             _say(message, stacklevel=3, level=logging.ERROR)
 
 
+def _is_transient(exc: BaseException) -> bool:
+    """A lock or busy database (another process holds it): worth trying again later."""
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
 def _say(message: str, *, stacklevel: int, level: int = logging.WARNING) -> None:
     """Log ``message`` and issue it as a LedgerWarning (``stacklevel`` counted from here). A
     warnings filter set to "error" must reach neither the caller nor the writer thread: counted
@@ -533,10 +612,12 @@ def _abandon_inherited_connection(conn: sqlite3.Connection) -> None:
 
 
 def _flush_at_exit() -> None:
-    """Write what is queued before the process ends (the writer is a daemon thread)."""
+    """Write what is queued before the process ends (the writer is a daemon thread), and count
+    what only memory held as lost."""
     for ledger in list(_live_ledgers):
         if ledger.running and not ledger.flush(5.0):
             record_fault("ledger.exit_flush")
+        ledger.count_lost_at_exit()
 
 
 def start_ledger(settings: Any) -> Ledger | None:

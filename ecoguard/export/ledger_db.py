@@ -17,11 +17,15 @@ background writer (:mod:`ecoguard.export.ledger`) opens the file.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
+
+from ecoguard.printable import valid_utf8
 
 SCHEMA_VERSION = 1
 # PRAGMA application_id of an ecoguard ledger: SQLite's own file-format marker ("ECOG").
@@ -162,6 +166,13 @@ def check_integrity(conn: sqlite3.Connection, path: str | Path) -> None:
         )
 
 
+def _uri(path: Path, query: str) -> str:
+    """An SQLite ``file:`` URI for ``path``: every character a URI gives meaning to (``?``,
+    ``#``, ``%``, spaces) percent-encoded, so the path names exactly that file (an unescaped
+    ``?`` read another ledger, a ``#`` created a stray empty file)."""
+    return f"file:{quote(os.fsencode(path.absolute()), safe='/')}?{query}"
+
+
 def connect(
     path: str | Path,
     *,
@@ -175,14 +186,14 @@ def connect(
     ``integrity``, :class:`LedgerCorruptError` for a damaged one."""
     path = Path(path)
     if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s)
+        conn = sqlite3.connect(_uri(path, "mode=ro"), uri=True, timeout=timeout_s)
         try:
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
         except sqlite3.OperationalError:
             # A WAL database on a read-only filesystem: mode=ro still needs to create the -shm
             # file. Nobody can be writing there, so read it as immutable (no locks, no -shm).
             conn.close()
-            conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True, timeout=timeout_s)
+            conn = sqlite3.connect(_uri(path, "immutable=1"), uri=True, timeout=timeout_s)
         except sqlite3.DatabaseError:
             pass  # not a database at all: check_ownership says so clearly
         try:
@@ -260,11 +271,19 @@ def record_row(record: Any) -> tuple[Any, ...]:
     for name in COLUMNS:
         value = getattr(record, name, None)
         if name in _JSON_COLUMNS:
-            value = json.dumps(list(value or ()))
+            value = json.dumps([_storable(item) for item in value or ()])
         elif name == "complete":
             value = None if value is None else int(bool(value))
+        else:
+            value = _storable(value)
         values.append(value)
     return tuple(values)
+
+
+def _storable(value: Any) -> Any:
+    """A label SQLite can store: undecodable bytes in a name (``os.fsdecode``'s surrogate
+    escapes) as ``\\xff`` text, so the record is kept instead of refused."""
+    return valid_utf8(value) if isinstance(value, str) else value
 
 
 # A record the schema refuses (a missing timestamp, a value of the wrong type): that record's

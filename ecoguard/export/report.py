@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import re
 import sqlite3
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 from ecoguard.errors import UsageError
 from ecoguard.export.ledger import connect
+from ecoguard.printable import shown, valid_utf8
 
 GROUPINGS: tuple[str, ...] = ("model", "day", "gpu")
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$", re.IGNORECASE)
@@ -60,15 +62,29 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     return since
 
 
+# The group a row lands in when its own value cannot be read (a row written by hand or by a
+# damaged writer): one bad row costs its own grouping, never the whole report.
+BAD_TIMESTAMP = "(unreadable timestamp)"
+BAD_GPU_NAMES = "(unreadable GPU names)"
+
+
 def _day_of(timestamp: float) -> str:
     """The local calendar day of ``timestamp`` (the ``day`` grouping)."""
-    return _dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d")
+    try:
+        return _dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return BAD_TIMESTAMP
 
 
 def _gpu_key(gpu_names: Any) -> str:
     """The ``gpu`` grouping of a row's ``gpu_names`` (decoded list, or the JSON text stored)."""
-    names = json.loads(gpu_names) if isinstance(gpu_names, str) and gpu_names else gpu_names
+    try:
+        names = json.loads(gpu_names) if isinstance(gpu_names, str) and gpu_names else gpu_names
+    except ValueError:
+        return BAD_GPU_NAMES
     names = names or []
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        return BAD_GPU_NAMES
     return ", ".join(names) if names else "(no GPU)"
 
 
@@ -203,7 +219,7 @@ def build_report(
         raise UsageError(f"unknown grouping {by!r}; accepted: {', '.join(GROUPINGS)}")
     path = Path(ledger)
     report: dict[str, Any] = {
-        "ledger": str(path),
+        "ledger": valid_utf8(str(path)),
         "since": None
         if since is None
         else _dt.datetime.fromtimestamp(since).isoformat(timespec="seconds"),
@@ -231,11 +247,30 @@ def build_report(
         # Most energy first; ties in the order the groups first appear in the ledger (as the
         # stable sort over groups met in timestamp order did).
         groups.sort(key=lambda group: (-group[1]["energy_j"], group[2]))
-    report["groups"] = [{"key": key, **summary} for key, summary, _ in groups]
+    report["groups"] = [{"key": valid_utf8(str(key)), **summary} for key, summary, _ in groups]
     report["total"] = total
     if not total["calls"]:
         report["note"] = "no generate calls recorded in this period"
+    overflowed = sum(_drop_non_finite(item) for item in (*report["groups"], total))
+    if overflowed:
+        report["note"] = (
+            f"{overflowed} figure(s) overflowed (a sum beyond floating point, from rows with "
+            "absurd values) and are shown as none"
+        )
     return report
+
+
+def _drop_non_finite(summary: dict[str, Any]) -> int:
+    """Replace infinite or NaN figures in ``summary`` by None (JSON has no such numbers);
+    returns how many there were."""
+    bad = [
+        name
+        for name, value in summary.items()
+        if isinstance(value, float) and not math.isfinite(value)
+    ]
+    for name in bad:
+        summary[name] = None
+    return len(bad)
 
 
 def _energy(rows: list[dict[str, Any]]) -> float:
@@ -285,7 +320,7 @@ def _fmt(value: float | None, spec: str, none: str = "-") -> str:
 
 def render_text(report: dict[str, Any], *, width: int = 80) -> str:
     """A table and an ASCII bar chart of energy per group."""
-    lines = [f"ecoguard report: {report['ledger']}"]
+    lines = [f"ecoguard report: {shown(report['ledger'])}"]
     lines.append(f"since {report['since'] or 'the beginning'}, by {report['by']}")
     if report.get("note"):
         lines.append(report["note"])
@@ -299,8 +334,8 @@ def render_text(report: dict[str, Any], *, width: int = 80) -> str:
             f" ({'/'.join(item['reference_tiers'])})" if ref is not None else ""
         )
         lines.append(
-            f"{str(item['key'])[:28]:<28} {item['calls']:>6} {item['tokens']:>9} "
-            f"{item['energy_kwh']:>10.6f} {_fmt(item['cost_usd'], '.4f'):>9} "
+            f"{shown(str(item['key']))[:28]:<28} {item['calls']:>6} {item['tokens']:>9} "
+            f"{_fmt(item['energy_kwh'], '.6f'):>10} {_fmt(item['cost_usd'], '.4f'):>9} "
             f"{_fmt(item['co2_g'], '.2f'):>9} {_fmt(item['joules_per_token'], '.3g'):>8} "
             f"{ref_text:>10}  {'/'.join(item['tiers'])}"
         )
@@ -309,11 +344,13 @@ def render_text(report: dict[str, Any], *, width: int = 80) -> str:
             f"{report['total']['incomplete_calls']} call(s) lost a GPU mid-way: their energy is a lower bound"
         )
     lines += ["", "energy per group (kWh)"]
-    peak = max(g["energy_kwh"] for g in report["groups"]) or 1.0
+    peak = max((g["energy_kwh"] or 0.0) for g in report["groups"]) or 1.0
     bar_width = max(10, width - 46)
     for group in report["groups"]:
-        bar = "#" * max(
-            1 if group["energy_kwh"] > 0 else 0, round(group["energy_kwh"] / peak * bar_width)
+        kwh = group["energy_kwh"] or 0.0
+        bar = "#" * max(1 if kwh > 0 else 0, round(kwh / peak * bar_width))
+        lines.append(
+            f"{shown(str(group['key']))[:24]:<24} {bar:<{bar_width}} "
+            f"{_fmt(group['energy_kwh'], '.4g')}"
         )
-        lines.append(f"{str(group['key'])[:24]:<24} {bar:<{bar_width}} {group['energy_kwh']:.4g}")
     return "\n".join(lines) + "\n"

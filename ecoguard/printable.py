@@ -1,0 +1,29 @@
+"""Text from outside (file names, model names, labels) made safe to store, print and export.
+
+A name can hold bytes that are not UTF-8 (``os.fsdecode`` turns them into surrogate escapes,
+which make any UTF-8 writer fail: SQLite, a terminal, a scrape), newlines that forge a report
+line, terminal escapes (colours, cursor moves) and bidi controls (which reorder what is shown).
+Each function here fixes one of these per value, so one bad name costs only itself."""
+
+from __future__ import annotations
+
+
+def valid_utf8(text: str) -> str:
+    """``text`` with undecodable bytes (surrogate escapes) written as ``\\xff`` text; any other
+    text is returned unchanged (the same object)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on one terminal line: every control, format (bidi), separator or
+    undecodable character as a backslash escape; other text unchanged."""
+    if text.isprintable():  # no control, format (bidi), separator or surrogate characters
+        return text
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+        for ch in valid_utf8(text)
+    )
