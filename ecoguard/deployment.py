@@ -85,6 +85,8 @@ BYTES_PER_PARAM: dict[str, float] = {
     "fp8_dynamic": 1.0,
 }
 
+MAX_GPU_COUNT = 64  # GPUs one model is spread over (tensor/pipeline parallel)
+
 Use = Literal["chat", "api", "batch"]
 USES: tuple[str, ...] = ("chat", "api", "batch")
 
@@ -174,6 +176,15 @@ class Deployment:
     # generate calls ran at batch size 1, and whether the process looks interactive.
     consecutive_bs1_calls: int | None = None
     interactive: bool | None = None
+    # The serving engine (``vllm``, ``tgi``, ``sglang``, ``tensorrt_llm``, ``llamacpp``), None for
+    # transformers' own generate: an engine's fused kernels change which traps apply.
+    engine: str | None = None
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs the model is spread over (tensor parallel): the VRAM check is per card and the
+        energy is for all of them. Stored once, on ``gpu.count``."""
+        return max(self.gpu.count, 1)
 
     def with_(self, **changes: object) -> Deployment:
         """A copy with some fields replaced (the record itself is frozen)."""
@@ -198,6 +209,14 @@ class Deployment:
         if self.model.params_b is not None and not 0 < self.model.params_b <= 2000:
             raise UsageError(
                 f"model size must be between 0 and 2000 billion parameters, got {self.model.params_b!r}"
+            )
+        if (
+            isinstance(self.gpu.count, bool)
+            or not isinstance(self.gpu.count, int)
+            or not (1 <= self.gpu.count <= MAX_GPU_COUNT)
+        ):
+            raise UsageError(
+                f"GPU count must be an integer from 1 to {MAX_GPU_COUNT}, got {self.gpu.count!r}"
             )
         if self.use is not None and self.use not in USES:
             raise UsageError(f"unknown use {self.use!r}; accepted: {', '.join(USES)}")

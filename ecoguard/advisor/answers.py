@@ -135,6 +135,9 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
         compiled=parsed.compiled,
         int8_threshold=parsed.int8_threshold,
         fill_precision=_fills_precision(parsed),
+        gpu_count=parsed.gpu_count,
+        compute_dtype=parsed.compute_dtype,
+        engine=parsed.engine,
     )
     defaults = region_defaults + defaults
     if parsed.out_of_data:

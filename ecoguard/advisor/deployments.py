@@ -23,6 +23,7 @@ from ecoguard.advisor.parse import ParsedQuestion
 from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
+from ecoguard.engines.engine_args import served_by
 from ecoguard.errors import UnknownGpuError, UsageError
 from ecoguard.faults import record_fault
 from ecoguard.knowledge import (
@@ -129,6 +130,9 @@ def build_deployment(
     compiled: bool | None = None,
     int8_threshold: float | None = None,
     fill_precision: bool = True,
+    gpu_count: int | None = None,
+    compute_dtype: str | None = None,
+    engine: str | None = None,
 ) -> tuple[Deployment, list[Default]]:
     """A validated Deployment with defaults for what is missing (each one listed)."""
     defaults: list[Default] = []
@@ -162,7 +166,24 @@ def build_deployment(
             and dep.quant.bits == 8
         ):
             dep = dep.with_(quant=replace(dep.quant, int8_threshold=int8_threshold))
+    dep = served_as_stated(dep, gpu_count=gpu_count, compute_dtype=compute_dtype, engine=engine)
     return dep.validate(), defaults
+
+
+def served_as_stated(
+    dep: Deployment, *, gpu_count: int | None, compute_dtype: str | None, engine: str | None
+) -> Deployment:
+    """The deployment on the GPUs, compute dtype and engine the question names: ``4x A100``
+    spreads it over four cards (VRAM per card); ``bf16`` beside ``load_in_4bit=True`` is the
+    4-bit weights' compute dtype; an engine loads the precision its own way (its FP8 is fused
+    kernels), decided by ``ecoguard.engines.engine_args`` as for the audit."""
+    if gpu_count is not None and gpu_count > 1:
+        dep = dep.with_(gpu=replace(dep.gpu, count=gpu_count))
+    if compute_dtype is not None and dep.quant.method is not None:
+        dep = dep.with_(quant=replace(dep.quant, compute_dtype=compute_dtype), dtype=compute_dtype)
+    if engine is not None:
+        dep = served_by(dep, engine)[0]
+    return dep
 
 
 # How to state each fact a question left out (the note beside its default).

@@ -126,6 +126,23 @@ def _serving_reason(concurrency: int | None, volume: bool, production: bool) -> 
 
 
 # ---------------------------------------------------------------------------------------------
+# The serving engine (its kernels decide which traps apply: ``ecoguard.engines.engine_args``)
+
+_ENGINE_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("vllm", re.compile(r"\bvllm\b", re.I)),
+    ("sglang", re.compile(r"\bsglang\b", re.I)),
+    ("tgi", re.compile(r"\btgi\b|text[-_ ]generation[-_ ]inference", re.I)),
+    ("tensorrt_llm", re.compile(r"tensorrt[-_ ]?llm|\btrt[-_ ]?llm\b", re.I)),
+    ("llamacpp", re.compile(r"llama\.cpp|llama-server|\bllamacpp\b", re.I)),
+)
+
+
+def serving_engine(text: str) -> str | None:
+    """The serving engine the question names (``served by vLLM``, ``on TGI``), or None."""
+    return next((engine for engine, rx in _ENGINE_WORDS if rx.search(text)), None)
+
+
+# ---------------------------------------------------------------------------------------------
 # Where the GPU runs: a local machine has no data-centre overhead (PUE 1.0)
 
 _LOCAL = re.compile(

@@ -7,6 +7,8 @@ vendor's accelerator is returned beside them.
 
 from __future__ import annotations
 
+import re
+
 from ecoguard.advisor.accelerators import NVIDIA_CARDS, Vendor, find_vendor
 from ecoguard.advisor.accelerators import fold as fold_card
 from ecoguard.advisor.conversions import Conversion
@@ -83,14 +85,24 @@ def _spelled_out(words: list[Word], i: int, key: str, nxt: str) -> GpuMention | 
 
 
 def _in_table(words: list[Word], i: int, key: str, nxt: str) -> GpuMention:
-    """A GPU of the table, with a ``D`` or a form factor (``H100 PCIe``) written after it."""
+    """A GPU of the table, with a ``D``, a form factor (``H100 PCIe``) or its memory size
+    (``A100 80GB``: part of the name, not 80 GB of text) written after it."""
     start, end, _raw = words[i]
     norm, stop = _GPU_TOKENS[key], end
     if key in ("4090", "rtx4090") and nxt == "d":
         norm, stop = "rtx4090d", words[i + 1][1]
     elif nxt in _FORM_FACTORS and norm in ("h100", "a800", "a100"):
         norm, stop = f"{norm} {nxt}", words[i + 1][1]  # "H100 PCIe": its own profile
+    for j in range(i + 1, min(i + 3, len(words))):
+        if _MEMORY_SIZE.fullmatch(words[j][2]) or (
+            words[j][2].isdigit() and following(words, j) == "gb"
+        ):
+            stop = words[j + 1][1] if words[j][2].isdigit() else words[j][1]
+            break
     return (start, stop, norm)
+
+
+_MEMORY_SIZE = re.compile(r"\d{2,3}\s*gb?", re.I)
 
 
 def _off_table(words: list[Word], i: int, key: str, nxt: str) -> GpuMention | None:
@@ -136,6 +148,8 @@ def find_gpus(
     found: list[GpuMention] = []
     for i, (_start, _end, raw) in enumerate(words):
         key = _key(raw)
+        if key not in _GPU_TOKENS and key.endswith("s") and key[:-1] in _GPU_TOKENS:
+            key = key[:-1]  # "two A800s"
         nxt = following(words, i)
         mention: GpuMention | None
         if key in ("rtx", "gtx", "pro") and nxt:
@@ -149,3 +163,55 @@ def find_gpus(
         if mention is not None:
             found.append(mention)
     return found, find_vendor([raw for _s, _e, raw in words])
+
+
+# ---------------------------------------------------------------------------------------------
+# How many GPUs: "4x A100", "A100 x4", "two A800s", "2 GPUs", "tp=4", "两张 A800", "4卡"
+
+_COUNT_WORDS = {
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "eight": 8, "sixteen": 16,
+    "一": 1, "二": 2, "两": 2, "双": 2, "三": 3, "四": 4, "五": 5, "六": 6, "八": 8, "单": 1,
+}  # fmt: skip
+_COUNT = r"(\d{1,3}|one|two|three|four|five|six|eight|sixteen|[一二两双三四五六八单])"
+_TIMES = re.compile(r"^(\d{1,3})\s*[x×]$|^[x×](\d{1,3})$", re.I)
+_COUNT_PATTERNS = (
+    # "tp=4", "tensor parallel size 4", "--tensor-parallel-size 4", "TP4"
+    re.compile(
+        r"(?:\btp|tensor[\s_-]?parallel(?:[\s_-]?size)?|--tp-size|tp_size)\s*(?:=|:|of|is)?\s*"
+        r"(\d{1,3})\b",
+        re.I,
+    ),
+    # "2 GPUs", "two cards", "8 x GPUs"
+    re.compile(rf"(?<![\w.]){_COUNT}\s*(?:x\s*)?(?:gpus|cards|graphics cards)\b", re.I),
+    # "两张 A800", "4张卡", "4 块 GPU", "4卡", "双卡"
+    re.compile(rf"(?<![\d.]){_COUNT}\s*(?:张|块(?!钱)|卡)"),
+)
+
+
+def gpu_count(text: str, words: list[Word], gpus: list[GpuMention]) -> tuple[int | None, bool]:
+    """How many GPUs the question serves on (None: not said), and whether it says tensor
+    parallel. Read around the GPU's name (``4x A100``, ``A100 x4``, ``two A800s``) or from
+    words anywhere (``2 GPUs``, ``tp=4``, ``两张``, ``4卡``)."""
+    parallel = bool(re.search(r"tensor[\s_-]?parallel|\btp\s*=|张量并行", text, re.I))
+    starts = {start for start, _e, _n in gpus}
+    for i, (start, _end, _raw) in enumerate(words):
+        if start not in starts:
+            continue
+        before = words[i - 1][2].lower() if i > 0 else ""
+        if before in ("x", "×") and i > 1:
+            before = words[i - 2][2].lower() + "x"
+        m = _TIMES.match(before) or _TIMES.match(following(words, i))
+        if m:
+            return int(m.group(1) or m.group(2)), parallel
+        if before.isdigit() or before in _COUNT_WORDS:
+            return _count_value(before), parallel
+    for pattern in _COUNT_PATTERNS:
+        m = pattern.search(text)
+        if m:
+            return _count_value(m.group(1).lower()), parallel
+    return None, parallel
+
+
+def _count_value(word: str) -> int | None:
+    value = int(word) if word.isdigit() else _COUNT_WORDS.get(word)
+    return value if value is not None and 1 <= value <= 64 else None

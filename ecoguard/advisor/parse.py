@@ -29,9 +29,10 @@ from ecoguard.advisor.extract import (
     money,
     pasted_code,
     region,
+    serving_engine,
     source_paths,
 )
-from ecoguard.advisor.gpu_names import find_gpus
+from ecoguard.advisor.gpu_names import find_gpus, gpu_count
 from ecoguard.advisor.intent import ProtocolSignals, choose_protocol
 from ecoguard.advisor.model_names import find_models, one_model
 from ecoguard.advisor.observed import Observed, observed
@@ -57,6 +58,9 @@ class ParsedQuestion:
     model_size_b: float | None = None  # from the name, when it carries a size
     gpu: str | None = None  # as written, normalised: "5090", "a800", "t4", "blackwell"
     gpus: tuple[str, ...] = ()
+    gpu_count: int | None = None  # GPUs the model is served on ("4x A100", "two A800s", "tp=4")
+    tensor_parallel: bool = False  # the question says tensor parallel
+    engine: str | None = None  # serving engine: vllm, tgi, sglang, tensorrt_llm, llamacpp
     precision: str | None = None  # canonical, the current/asked-about one
     precisions: tuple[str, ...] = ()  # every precision mentioned, in order
     batch_size: int | None = None
@@ -74,6 +78,7 @@ class ParsedQuestion:
     int8_threshold: float | None = None
     double_quant: bool | None = None
     compiled: bool | None = None
+    compute_dtype: str | None = None  # "bf16" beside load_in_4bit=True: the compute dtype
     observed_throughput_tok_s: float | None = None
     observed_power_w: float | None = None
     observed_energy_j_per_1k: float | None = None
@@ -98,7 +103,10 @@ class ParsedQuestion:
             "model",
             "model_size_b",
             "gpu",
+            "gpu_count",
+            "engine",
             "precision",
+            "compute_dtype",
             "batch_size",
             "prompt_tokens",
             "generation_tokens",
@@ -132,6 +140,8 @@ class ParsedQuestion:
         if self.code:
             out["code"] = self.code
         out["serving"] = self.serving
+        if self.tensor_parallel:
+            out["tensor_parallel"] = True
         if self.use_reason is not None:
             out["use_reason"] = self.use_reason.en
         if self.local:
@@ -202,6 +212,8 @@ class _Names:
     model: str | None
     model_size_b: float | None
     gpus: tuple[str, ...]
+    gpu_count: int | None
+    tensor_parallel: bool
     vendor: Vendor | None
     paths: tuple[str, ...]
     code: str | None
@@ -217,11 +229,14 @@ def _read_names(question: str, conversions: list[Conversion]) -> _Names:
     paths = tuple(source_paths(words))
     flags = code_flags(question, find_precisions(question, words))
     model, model_size_b = one_model(models)
+    count, parallel = gpu_count(question, words, gpus)
     return _Names(
         words,
         model,
         model_size_b,
         tuple(dict.fromkeys(g for _s, _e, g in gpus)),
+        count,
+        parallel,
         vendor,
         paths,
         pasted_code(question),
@@ -325,7 +340,8 @@ def parse_question(text: object) -> ParsedQuestion:
     # "H100" is not 100 of anything; "a million", "half a million" -> digits.
     masked = words_to_digits(mask(question, names.spans))
     figures = _read_figures(masked, lower, conversions)
-    work = _read_work(masked, lower, language, conversions)
+    # A stated prompt or output length is a length, never the workload's volume.
+    work = _read_work(mask(masked, list(figures.lengths.spans)), lower, language, conversions)
     protocol, reason = _protocol(lower, names, figures, work)
     precisions = names.flags.precisions
     several = protocol == "estimate" and len(precisions) > 1
@@ -338,6 +354,9 @@ def parse_question(text: object) -> ParsedQuestion:
         model_size_b=names.model_size_b,
         gpu=names.gpus[0] if names.gpus else None,
         gpus=names.gpus,
+        gpu_count=names.gpu_count,
+        tensor_parallel=names.tensor_parallel,
+        engine=serving_engine(question),
         precision=precisions[0] if precisions else None,
         precisions=precisions,
         batch_size=figures.batch_sizes[0] if figures.batch_sizes else None,
@@ -355,6 +374,7 @@ def parse_question(text: object) -> ParsedQuestion:
         int8_threshold=names.flags.int8_threshold,
         double_quant=names.flags.double_quant,
         compiled=names.flags.compiled,
+        compute_dtype=names.flags.compute_dtype,
         observed_throughput_tok_s=figures.observed.throughput_tok_s,
         observed_power_w=figures.observed.power_w,
         observed_energy_j_per_1k=figures.observed.energy_j_per_1k,

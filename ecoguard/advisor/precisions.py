@@ -95,6 +95,29 @@ class CodeFlags:
     int8_threshold: float | None = None
     double_quant: bool | None = None
     compiled: bool | None = None
+    compute_dtype: str | None = None  # the dtype named beside a load_in_4bit/8bit flag
+
+
+_LOAD_IN = re.compile(r"load_in_(?:4|8)bit\s*=\s*true", re.I)
+_COMPUTE_DTYPE = re.compile(
+    r"bnb_4bit_compute_dtype\s*=\s*(?:torch\.)?(bfloat16|float16|half|float32)\b", re.I
+)
+_UNQUANTIZED = ("bf16", "fp16", "fp32")
+
+
+def _compute_dtype(question: str, precisions: list[str]) -> tuple[list[str], str | None]:
+    """With a ``load_in_4bit``/``load_in_8bit`` flag, a dtype named beside it (``bf16``,
+    ``torch_dtype=torch.bfloat16``, ``bnb_4bit_compute_dtype``) is the compute dtype of the
+    quantized weights, not the precision: the precisions without it, and the dtype."""
+    m = _COMPUTE_DTYPE.search(question)
+    named = PRECISION_ALIASES[m.group(1).lower()] if m else None
+    if not _LOAD_IN.search(question):
+        return precisions, named
+    dtypes = [p for p in precisions if p in _UNQUANTIZED]
+    quantized = [p for p in precisions if p not in _UNQUANTIZED]
+    if not dtypes or not quantized:
+        return precisions, named
+    return quantized, named or dtypes[0]
 
 
 def code_flags(question: str, found: list[tuple[int, str]]) -> CodeFlags:
@@ -114,6 +137,7 @@ def code_flags(question: str, found: list[tuple[int, str]]) -> CodeFlags:
         double_quant = True
         precisions = ["nf4_dq" if p == "nf4" else p for p in precisions]
     compiled = True if re.search(r"torch\.compile|compile\s*=\s*true", question, re.I) else None
+    precisions, compute_dtype = _compute_dtype(question, precisions)
     if re.search(r"load_in_8bit\s*=\s*true", question, re.I) and re.search(
         r"load_in_4bit\s*=\s*true", question, re.I
     ):
@@ -121,4 +145,6 @@ def code_flags(question: str, found: list[tuple[int, str]]) -> CodeFlags:
             "contradiction: load_in_8bit=True and load_in_4bit=True cannot both be set; "
             "say which one the model is loaded with"
         )
-    return CodeFlags(tuple(dict.fromkeys(precisions)), threshold, double_quant, compiled)
+    return CodeFlags(
+        tuple(dict.fromkeys(precisions)), threshold, double_quant, compiled, compute_dtype
+    )

@@ -29,8 +29,10 @@ _RE_CONTEXT = re.compile(
 _RE_CONTEXT_AFTER = re.compile(
     rf"({NUMBER})\s*(k)?\s*(?:-\s*)?(?:token\s+)?(?:context|上下文)", re.I
 )
+# "1024 tokens in" is a length; "1M tokens in a month" is a volume (a period follows).
 _RE_IN = re.compile(
-    rf"({NUMBER})\s*(?:tokens?\s+(?:in\b|input|prompt)|in\s*(?=/)|input\b|prompt\b)"
+    rf"({NUMBER})\s*(?:tokens?\s+(?:in\b(?!\s+(?:an?|one|each|every|per)\b)|input|prompt)"
+    rf"|in\s*(?=/)|input\b|prompt\b)"
     rf"|(?:prompt|input|输入)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
     re.I,
 )
@@ -38,6 +40,9 @@ _RE_OUT = re.compile(
     rf"({NUMBER})\s*(?:tokens?\s+)?(?:out\b|output|generated)|(?:max_new_tokens|output|输出|生成)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
     re.I,
 )
+
+# A number with a scale after it ("生成 100万字", "output 2M tokens") is a volume, not a length.
+_SCALED = re.compile(r"\s*(?:万|亿|千|百|thousand|million|billion|(?:k|m|mn|b)(?![a-z]))", re.I)
 
 
 # A batch size as written, sign, fraction and exponent included, so "batch size -1", "0", "2.5"
@@ -85,6 +90,9 @@ class Lengths:
     prompt_tokens: int | None
     generation_tokens: int | None
     longest: int
+    # Where the prompt and output lengths were read, so the volume reader skips them
+    # ("1024 tokens in" is a length, not 1,024 tokens of work).
+    spans: tuple[tuple[int, int], ...] = ()
 
 
 def _context_length(masked: str) -> int:
@@ -101,8 +109,11 @@ def _context_length(masked: str) -> int:
 def lengths(masked: str, conversions: list[Conversion]) -> Lengths:
     """Prompt and generated tokens (``512 in / 256 out``; a context length as the prompt, with
     its conversion appended to ``conversions``)."""
-    prompt = next((int(parse_number(first_group(m))) for m in _RE_IN.finditer(masked)), None)
-    generated = next((int(parse_number(first_group(m))) for m in _RE_OUT.finditer(masked)), None)
+    ins = [m for m in _RE_IN.finditer(masked) if not _SCALED.match(masked, m.end())]
+    outs = [m for m in _RE_OUT.finditer(masked) if not _SCALED.match(masked, m.end())]
+    prompt = int(parse_number(first_group(ins[0]))) if ins else None
+    generated = int(parse_number(first_group(outs[0]))) if outs else None
+    spans = tuple(m.span() for m in ins + outs)
     seq = _context_length(masked)
     longest = max(seq, (prompt or 0) + (generated or 0))
     if seq and prompt is None and seq <= REFERENCE_MAX_SEQUENCE:
@@ -116,4 +127,4 @@ def lengths(masked: str, conversions: list[Conversion]) -> Lengths:
                 "上下文长度按提示词长度计",
             )
         )
-    return Lengths(prompt, generated, longest)
+    return Lengths(prompt, generated, longest, spans)

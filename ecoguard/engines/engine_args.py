@@ -332,9 +332,37 @@ def engine_deployment(
         precision=quant.precision if method is not None else dtype,
         quant=quant.quant,
         dtype=dtype,
+        engine=config.engine,
         **batch,  # type: ignore[arg-type]
     )
     return EngineFacts(config, deployment, quant.unknown, tuple(details), quant.label)
+
+
+# A precision as the ``--quantization`` that loads it (TGI: 8-bit is its ``bitsandbytes``).
+_PRECISION_FLAGS = {"nf4": "bitsandbytes-nf4", "nf4_dq": "bitsandbytes-nf4", "fp8": "fp8"}
+
+
+def served_by(deployment: Deployment, engine: str) -> tuple[Deployment, frozenset[str]]:
+    """``deployment`` as ``engine`` serves it, with ``engine`` set: its precision named as the
+    engine's quantization flag and read back here, so the advisor, the audit and the plugin make
+    one decision (an engine's FP8 is fused kernels); and the rules the engine hides."""
+    precision, quant = deployment.precision or "", deployment.quant
+    flag = _PRECISION_FLAGS.get(precision.split("_")[0])
+    if precision.startswith("int8") or (flag and flag.startswith("bits") and engine != "tgi"):
+        flag = "bitsandbytes"
+    threshold = 6.0 if quant.int8_threshold is None else quant.int8_threshold
+    eight = {"load_in_8bit": True, "llm_int8_threshold": threshold}
+    four = {"bnb_4bit_use_double_quant": precision == "nf4_dq"}
+    count, dtype = deployment.gpu.count, deployment.dtype
+    config = EngineConfig(engine, quantization=flag, dtype=dtype, tensor_parallel_size=count)
+    config = replace(config, quant_config=eight if precision.startswith("int8") else four)
+    facts = engine_deployment(config, gpu=deployment.gpu)
+    if flag is not None and facts.deployment.precision is not None:
+        quant = replace(facts.deployment.quant, compute_dtype=quant.compute_dtype)
+        precision = facts.deployment.precision
+    return replace(deployment, engine=engine, precision=precision or None, quant=quant), (
+        facts.unknown
+    )
 
 
 @dataclass(frozen=True, slots=True)

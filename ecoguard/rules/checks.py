@@ -265,7 +265,9 @@ def check_fp8_eager(deployment: Deployment, ctx: RuleContext) -> Finding | None:
     is_fp8 = deployment.precision in FP8_PRECISIONS or (
         quant.method == "torchao" and "float8" in (quant.quant_type or "").lower()
     )
-    if not is_fp8 or quant.compiled is True:
+    # An engine's own FP8 (vLLM/SGLang/TGI ``--quantization fp8``: ``method="other"``, as
+    # ``ecoguard.engines.engine_args`` records it) runs fused kernels, not the eager path.
+    if not is_fp8 or quant.compiled is True or quant.method not in (None, "torchao"):
         return None
     fixed = _unquantized(deployment)
     dtype = unquantized_dtype(deployment) or "bf16"
@@ -395,7 +397,7 @@ def _memory_need(deployment: Deployment) -> MemoryNeed | None:
 def memory_need_gb(deployment: Deployment) -> tuple[float, float] | None:
     """(weights GB, KV cache GB) of the estimator's VRAM need (``ecoguard.knowledge.memory``),
     or None without a model size. The KV cache is 0.0 when the model's shape is unknown; unknown
-    token counts default to the estimator's 128 prompt + 256 generated tokens. The full need
+    token counts default to the estimator's 512 prompt + 256 generated tokens. The full need
     adds the runtime overhead (10 % of the weights + 0.5 GB) to these two."""
     need = _memory_need(deployment)
     if need is None:

@@ -1,0 +1,188 @@
+"""Wrong answers from issue 28, each read right now: stated lengths are lengths, multi-GPU is a
+fact of the question and of the Deployment, a compute dtype beside ``load_in_4bit=True`` keeps
+the 4-bit setting, and a serving engine's FP8 is its fused kernels (not torchao's eager path)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ecoguard.advisor.answers import advise
+from ecoguard.advisor.deployments import build_deployment
+from ecoguard.advisor.parse import parse_question
+from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
+from ecoguard.engines.engine_args import served_by
+from ecoguard.rules import evaluate
+
+
+def _rules(answer) -> set[str]:
+    return {f["rule"] for f in answer.to_dict()["findings"]}
+
+
+# -- 1. a stated prompt or output length is a length, not the workload's volume ----------------
+
+
+@pytest.mark.parametrize(
+    ("question", "prompt", "generated"),
+    [
+        ("Mistral-7B on A800 with 1024 tokens in, cost?", 1024, None),
+        ("Mistral-7B on A800, 512 tokens out, cost?", None, 512),
+        ("Mistral-7B 在 A800 上，输入1024个token，多少钱？", 1024, None),
+        ("Mistral-7B on A800, 1024 tokens input and 128 tokens output", 1024, 128),
+    ],
+)
+def test_a_stated_length_is_not_a_volume(question, prompt, generated):
+    parsed = parse_question(question)
+    assert (parsed.prompt_tokens, parsed.generation_tokens) == (prompt, generated)
+    assert parsed.total_tokens is None and parsed.requests_per_month is None
+
+
+def test_a_length_question_is_priced_at_the_default_volume():
+    out = advise("Mistral-7B on A800 with 1024 tokens in, cost?").to_dict()
+    assert out["money"]["current"]["requests"] == 1_000_000
+    assert "requests_per_month" in {d["field"] for d in out["defaults"]}
+    assert out["money"]["current"]["cost_usd"] > 1.0
+
+
+def test_a_token_volume_in_a_month_stays_a_volume():
+    parsed = parse_question("Mistral-7B on A800, 1,000,000 tokens in a month, cost?")
+    assert parsed.prompt_tokens is None and parsed.total_tokens == 1_000_000
+    scaled = parse_question("Yi-6B 生成100万字 多少钱")
+    assert scaled.generation_tokens is None and scaled.total_tokens == 500_000
+
+
+# -- 2. multi-GPU --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "gpu", "count", "parallel"),
+    [
+        ("Llama-3-70B on 4x A100 80GB with tensor parallel, cost?", "a100", 4, True),
+        ("Mistral-7B on two A800s, cost?", "a800", 2, False),
+        ("Mistral-7B on A800 x4", "a800", 4, False),
+        ("Mistral-7B on 2 GPUs (A800), tp=2", "a800", 2, True),
+        ("Llama-3-70B on H100 with tensor_parallel_size=8", "h100", 8, True),
+        ("Mistral-7B 两张A800 多少钱", "a800", 2, False),
+        ("Mistral-7B 4卡 H100", "h100", 4, False),
+        ("Mistral-7B on an A800", "a800", None, False),
+        ("Qwen2.5-7B on a 5090, 电价 5块钱/度", "rtx5090", None, False),
+    ],
+)
+def test_gpu_count_is_read(question, gpu, count, parallel):
+    parsed = parse_question(question)
+    assert (parsed.gpu, parsed.gpu_count, parsed.tensor_parallel) == (gpu, count, parallel)
+
+
+def test_a_gpus_memory_size_is_not_a_text_volume():
+    parsed = parse_question("Llama-3-70B on 4x A100 80GB, cost for 1M requests a month?")
+    assert parsed.total_tokens is None and parsed.requests_per_month == 1_000_000
+
+
+def test_the_deployment_carries_the_count_and_vram_is_checked_per_card():
+    dep, _ = build_deployment(
+        model="Llama-3-70B",
+        gpu="a100",
+        precision="fp16",
+        batch_size=1,
+        prompt_tokens=512,
+        generation_tokens=256,
+        use="api",
+        gpu_count=4,
+    )
+    assert dep.gpu.count == dep.gpu_count == 4
+    assert "vram-overflow" not in {f.rule for f in evaluate(dep)}
+    one = dep.with_(gpu=dep.gpu.__class__(**{**_gpu_fields(dep.gpu), "count": 1}))
+    assert "vram-overflow" in {f.rule for f in evaluate(one)}
+
+
+def _gpu_fields(gpu: GpuSpec) -> dict[str, object]:
+    return {name: getattr(gpu, name) for name in GpuSpec.__slots__}
+
+
+def test_four_a100s_are_no_vram_overflow_and_two_a800s_are_a800s():
+    assert "vram-overflow" not in _rules(
+        advise("Llama-3-70B on 4x A100 80GB with tensor parallel, cost for 1M requests a month?")
+    )
+    out = advise("Mistral-7B on two A800s, cost for 1M requests a month?").to_dict()
+    assert "A800" in out["deployment"]["gpu_name"]
+    assert out["parsed"]["gpu_count"] == 2
+    assert "gpu" not in {d["field"] for d in out["defaults"]}
+
+
+def test_a_gpu_count_out_of_range_is_refused():
+    from ecoguard.errors import UsageError
+
+    with pytest.raises(UsageError, match="GPU count"):
+        Deployment(gpu=GpuSpec(count=0)).validate()
+
+
+# -- 3. a compute dtype beside load_in_4bit=True ------------------------------------------------
+
+
+def test_a_compute_dtype_keeps_the_4bit_setting():
+    parsed = parse_question("Qwen2.5-7B on T4 with bf16 and load_in_4bit=True for chat")
+    assert parsed.precision == "nf4" and parsed.precisions == ("nf4",)
+    assert parsed.compute_dtype == "bf16"
+    rules = _rules(advise("Qwen2.5-7B on T4 with bf16 and load_in_4bit=True for chat"))
+    assert "vram-overflow" not in rules
+    assert "bf16-unsupported" in rules  # bf16 compute on Turing is a trap of its own
+
+
+def test_bnb_compute_dtype_flag_is_read():
+    parsed = parse_question(
+        "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16) "
+        "for Qwen2.5-7B on an A800"
+    )
+    assert parsed.precision == "nf4" and parsed.compute_dtype == "fp16"
+
+
+def test_two_precisions_without_a_load_flag_stay_two():
+    parsed = parse_question("compare bf16 and nf4 for Qwen2.5-7B on an A800")
+    assert parsed.precisions == ("bf16", "nf4") and parsed.compute_dtype is None
+
+
+# -- 4. a serving engine's own FP8 --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "engine"),
+    [
+        ("served by vLLM", "vllm"),
+        ("on SGLang", "sglang"),
+        ("behind TGI", "tgi"),
+        ("with text-generation-inference", "tgi"),
+        ("with TensorRT-LLM", "tensorrt_llm"),
+        ("in llama.cpp", "llamacpp"),
+        ("with transformers", None),
+    ],
+)
+def test_the_engine_is_read(text, engine):
+    assert parse_question(f"Qwen2.5-7B with FP8 on H100 {text}").engine == engine
+
+
+def test_vllm_fp8_is_not_torchaos_eager_path():
+    question = "Qwen2.5-7B with FP8 on H100 served by vLLM, cost for 1M requests a month?"
+    answer = advise(question)
+    assert "fp8-eager" not in _rules(answer)
+    assert answer.to_dict()["mood"] != "red"
+    # Without an engine, FP8 through transformers is torchao's eager path: still flagged.
+    assert "fp8-eager" in _rules(advise("Qwen2.5-7B with FP8 on H100, cost?"))
+
+
+def test_the_engine_decision_is_the_engine_mappings():
+    base = Deployment(
+        model=ModelSpec(id="qwen2.5-7b", params_b=7.6),
+        gpu=GpuSpec(profile="h100", architecture="hopper", vram_gb=80.0),
+        precision="fp8_weight_only",
+        quant=QuantSpec(method="torchao", bits=8, quant_type="float8_weight_only"),
+        dtype="bf16",
+    )
+    served, unknown = served_by(base, "vllm")
+    assert served.engine == "vllm" and served.quant.method == "other"
+    assert "fp8-eager" in unknown
+    assert "fp8-eager" not in {f.rule for f in evaluate(served)}
+    assert "fp8-eager" in {f.rule for f in evaluate(base)}
+    # bitsandbytes through an engine stays bitsandbytes (its traps apply there too).
+    nf4, _ = served_by(base.with_(precision="nf4", quant=QuantSpec()), "vllm")
+    assert nf4.precision == "nf4" and nf4.quant.method == "bitsandbytes"
+    int8, _ = served_by(base.with_(precision="int8_mixed", quant=QuantSpec()), "sglang")
+    assert int8.precision == "int8_mixed" and int8.quant.int8_threshold == 6.0
