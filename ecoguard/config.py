@@ -11,7 +11,8 @@ Environment variables (all optional):
 - ``ECOGUARD_MEASURE``: ``1``/``0``, measure energy of generate calls (default 1).
 - ``ECOGUARD_LEDGER``: SQLite ledger path; ``off`` disables it. Default in the user data dir.
 - ``ECOGUARD_METRICS_PORT`` / ``ECOGUARD_METRICS_ADDR``: serve /metrics (default off; addr
-  127.0.0.1).
+  127.0.0.1; every interface only when written ``0.0.0.0`` or ``::``, never a shorthand such as
+  ``0``). ``ECOGUARD_METRICS_MAX_CONNECTIONS``: connections served at once (default 64, 1-4096).
 - ``ECOGUARD_REGION``: electricity price and grid intensity region (default ``us``).
 - ``ECOGUARD_PRICE_USD_PER_KWH`` (above 0, at most 10), ``ECOGUARD_GRID_GCO2_PER_KWH`` (above 0,
   at most 2000), ``ECOGUARD_PUE`` (1 to 5): overrides of the region's figures.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -48,6 +50,10 @@ PRICE_RANGE_USD_PER_KWH = (0.0, 10.0)  # exclusive low, inclusive high
 GRID_RANGE_GCO2_PER_KWH = (0.0, 2000.0)
 PUE_RANGE = (1.0, 5.0)  # inclusive
 MAX_MONTHLY_REQUESTS = 10**12
+# /metrics connections served at once (one thread and one descriptor each; more wait in the
+# listen backlog): the default, and the range accepted.
+DEFAULT_METRICS_MAX_CONNECTIONS = 64
+METRICS_MAX_CONNECTIONS_RANGE = (1, 4096)  # inclusive
 
 
 def default_ledger_path() -> Path:
@@ -69,6 +75,7 @@ class Settings:
     ledger_path: Path | None = field(default_factory=default_ledger_path)
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
+    metrics_max_connections: int = DEFAULT_METRICS_MAX_CONNECTIONS
     region: str = "us"
     price_usd_per_kwh: float | None = None  # None: from the region table
     grid_gco2_per_kwh: float | None = None  # None: from the region table
@@ -138,6 +145,17 @@ class Settings:
                 f"metrics address (ECOGUARD_METRICS_ADDR) must be a host name or IP address such as 127.0.0.1, "
                 f"got {self.metrics_addr!r}"
             )
+        _check_listen_address(self.metrics_addr)
+        low, high = METRICS_MAX_CONNECTIONS_RANGE
+        if (
+            isinstance(self.metrics_max_connections, bool)
+            or not isinstance(self.metrics_max_connections, int)
+            or not low <= self.metrics_max_connections <= high
+        ):
+            raise UsageError(
+                f"metrics max connections (ECOGUARD_METRICS_MAX_CONNECTIONS) must be a whole "
+                f"number from {low} to {high}, got {self.metrics_max_connections!r}"
+            )
         for name in ("region", "simulated_gpu"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _plain_text(value):
@@ -202,6 +220,8 @@ class Settings:
             values["metrics_port"] = _number("ECOGUARD_METRICS_PORT", v, int)
         if (v := get("METRICS_ADDR")) is not None:
             values["metrics_addr"] = v
+        if (v := get("METRICS_MAX_CONNECTIONS")) is not None:
+            values["metrics_max_connections"] = _number("ECOGUARD_METRICS_MAX_CONNECTIONS", v, int)
         if (v := get("REGION")) is not None:
             values["region"] = v.lower()
             region_key(v.lower())  # an unknown region names the accepted ones
@@ -282,6 +302,23 @@ def _check_range(what: str, value: float | None, bounds: tuple[float, float], un
         )
 
 
+def _check_listen_address(addr: str) -> None:
+    """UsageError for a shorthand IPv4 form (``0``, ``127.1``, ``0x7f.1``, ``010.0.0.1``): the
+    system reads ``0`` as 0.0.0.0, every interface, which nobody writing ``0`` meant to say
+    quietly. Every interface must be asked for in full (0.0.0.0 or ::)."""
+    try:
+        canonical = socket.inet_ntoa(socket.inet_aton(addr))
+    except (OSError, ValueError):
+        return  # a host name, an IPv6 address or nonsense: the bind says which
+    if canonical != addr:
+        raise UsageError(
+            f"metrics address (ECOGUARD_METRICS_ADDR, --addr) {addr!r} is a shorthand IPv4 form "
+            "that the system reads as another address (0 means 0.0.0.0, every interface); write "
+            "it in full: 127.0.0.1 or ::1 for this machine only, 0.0.0.0 or :: for every "
+            "interface (only behind a firewall), or a host name"
+        )
+
+
 def _plain_text(text: str) -> bool:
     """Non-empty, printable (no control, bidi or format characters) and valid Unicode."""
     return bool(text.strip()) and text.isprintable()
@@ -308,6 +345,7 @@ _ENV_FIELDS: dict[str, str] = {
     "LEDGER": "ledger_path",
     "METRICS_PORT": "metrics_port",
     "METRICS_ADDR": "metrics_addr",
+    "METRICS_MAX_CONNECTIONS": "metrics_max_connections",
     "REGION": "region",
     "PRICE_USD_PER_KWH": "price_usd_per_kwh",
     "GRID_GCO2_PER_KWH": "grid_gco2_per_kwh",
