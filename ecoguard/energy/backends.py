@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ecoguard.energy.device import Clock, DeviceInfo, PowerBackend
@@ -28,25 +29,33 @@ from ecoguard.errors import BackendError
 __all__ = [
     "Clock",
     "DeviceInfo",
+    "MeasurementStatus",
     "NullBackend",
     "NvmlBackend",
     "PowerBackend",
     "SimulatedBackend",
     "SimulatedWork",
     "choose_backend",
+    "measurement_status",
     "parse_visible_devices",
     "simulated_work",
+    "unmeasured_reason",
 ]
 
 _log = logging.getLogger("ecoguard.energy")
 
 
 class NullBackend:
-    """No devices. The meter still runs, records carry no energy, nothing raises."""
+    """No devices. The meter still runs, records carry no energy, nothing raises.
+
+    ``reason`` says why no GPU is read (for ``measure``'s warning and ``ecoguard doctor``)."""
 
     name = "null"
     tier = "live"
     counter_quantised = False
+
+    def __init__(self, reason: str = "no power backend") -> None:
+        self.reason = reason
 
     def device_count(self) -> int:
         return 0
@@ -71,7 +80,7 @@ def choose_backend(settings: Any, *, clock: Clock = time.monotonic) -> PowerBack
     falls back quietly, logging why at debug level."""
     choice = getattr(settings, "backend", "auto")
     if choice == "null":
-        return NullBackend()
+        return NullBackend("ECOGUARD_BACKEND=null turns measurement off")
     if choice == "simulated":
         return SimulatedBackend.from_settings(settings, clock=clock)
     if choice == "nvml":
@@ -80,4 +89,37 @@ def choose_backend(settings: Any, *, clock: Clock = time.monotonic) -> PowerBack
         return NvmlBackend.probe()
     except BackendError as exc:
         _log.debug("NVML unavailable, metering with the null backend: %s", exc)
-        return NullBackend()
+        return NullBackend(f"no NVIDIA driver answered ({exc})")
+
+
+@dataclass(frozen=True, slots=True)
+class MeasurementStatus:
+    """Whether a meter started from these settings would measure energy, and why not."""
+
+    on: bool
+    backend: str  # the backend chosen: nvml, simulated or null
+    gpus: int
+    tier: str  # live or simulated when on, else unmeasured
+    reason: str | None  # why measurement is off (None when on)
+
+
+def unmeasured_reason(backend: PowerBackend, gpus: int) -> str | None:
+    """Why a meter on ``backend`` with ``gpus`` GPUs measures nothing (None when it measures)."""
+    if gpus > 0:
+        return None
+    return getattr(backend, "reason", None) or f"the {backend.name} backend sees no GPU"
+
+
+def measurement_status(settings: Any) -> MeasurementStatus:
+    """Probe the backend ``settings`` choose, as a meter would, and release it."""
+    try:
+        backend = choose_backend(settings)
+    except BackendError as exc:  # an explicit nvml that cannot start
+        return MeasurementStatus(False, settings.backend, 0, "unmeasured", str(exc))
+    try:
+        gpus = backend.device_count()
+    finally:
+        backend.close()
+    reason = unmeasured_reason(backend, gpus)
+    tier = backend.tier if reason is None else "unmeasured"
+    return MeasurementStatus(reason is None, backend.name, gpus, tier, reason)

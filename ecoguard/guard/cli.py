@@ -1,20 +1,28 @@
 """``ecoguard doctor``: what the guard sees in this environment.
 
 Versions of torch/transformers/bitsandbytes/torchao (from package metadata), whether any is a
-nightly/dev build, the GPUs visible, which rules would fire for the installed stack on its own
-(before any model is loaded), whether the guard is installed in this process, and fault counts.
+nightly/dev build, the GPUs visible, whether energy would be measured here (and why not), which
+rules would fire for the installed stack on its own (before any model is loaded), whether the
+guard is installed in this process, and fault counts.
 Exit code 1 when a rule fires for the stack, else 0.
+
+torch is imported (seconds) only where an NVIDIA driver is present but NVML did not answer:
+without a driver torch.cuda sees no GPU either.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import logging
+import os
 from dataclasses import replace
 from typing import Any
 
+from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec
+from ecoguard.energy.backends import measurement_status
 from ecoguard.errors import UsageError
 from ecoguard.faults import fault_counts, record_fault
 from ecoguard.guard import environment
@@ -66,8 +74,8 @@ def _gpus(import_torch: bool) -> list[dict[str, Any]]:
         return found
     except Exception as exc:  # no NVML library or driver: try torch
         _log.debug("ecoguard doctor: NVML unavailable (%r)", exc)
-    if not import_torch:
-        return found
+    if not import_torch or not nvidia_driver_present():
+        return found  # no driver: torch.cuda would find nothing, after seconds of importing
     try:
         import torch
 
@@ -86,6 +94,33 @@ def _gpus(import_torch: bool) -> list[dict[str, Any]]:
     except Exception as exc:  # torch absent or CUDA broken: no GPU seen
         _log.debug("ecoguard doctor: torch.cuda unavailable (%r)", exc)
     return found
+
+
+def nvidia_driver_present() -> bool:
+    """Whether this machine shows an NVIDIA driver: its /proc entry or device files (Linux), the
+    WSL GPU device, or (elsewhere) any platform at all, since these checks are Linux's."""
+    if not os.path.isdir("/proc") and not os.path.isdir("/dev"):
+        return True
+    return (
+        os.path.exists("/proc/driver/nvidia/version")
+        or bool(glob.glob("/dev/nvidia[0-9]*"))
+        or os.path.exists("/dev/dxg")
+    )
+
+
+def _measurement() -> dict[str, Any]:
+    """Whether a meter started here from the ECOGUARD_* environment would measure energy."""
+    try:
+        status = measurement_status(Settings.from_env())
+    except UsageError as exc:  # an ECOGUARD_* variable the settings refuse
+        return {"on": False, "backend": None, "gpus": 0, "tier": "unmeasured", "reason": str(exc)}
+    return {
+        "on": status.on,
+        "backend": status.backend,
+        "gpus": status.gpus,
+        "tier": status.tier,
+        "reason": status.reason,
+    }
 
 
 def doctor_report(*, import_torch: bool = True) -> dict[str, Any]:
@@ -121,6 +156,7 @@ def doctor_report(*, import_torch: bool = True) -> dict[str, Any]:
         },
         "nightly": nightly_versions(deployment),
         "gpus": gpus,
+        "measurement": _measurement(),
         "guard_installed": is_installed(),
         "findings": [finding.to_dict() for finding in findings],
         "faults": fault_counts(),
@@ -141,6 +177,7 @@ def run_doctor(args: argparse.Namespace) -> int:
             print(f"  GPU {gpu['index']}: {gpu['name']}, {gpu['vram_gb']} GB (via {gpu['via']})")
     else:
         print("  GPUs         none seen (NVML and torch.cuda found nothing)")
+    print(f"  measurement  {_measurement_line(report['measurement'])}")
     # "installed" would read as the package; this is whether the guard is on in this process.
     guard = (
         "on in this process"
@@ -158,3 +195,17 @@ def run_doctor(args: argparse.Namespace) -> int:
         return 1
     print("  no rule fires for this stack before a model is loaded")
     return 0
+
+
+def _measurement_line(measurement: dict[str, Any]) -> str:
+    if measurement["on"]:
+        gpus = measurement["gpus"]
+        what = "simulated GPU" if measurement["tier"] == "simulated" else "GPU"
+        return (
+            f"on: {measurement['backend']} backend, {gpus} {what}{'s' if gpus != 1 else ''}"
+            f" (figures say {measurement['tier']})"
+        )
+    return (
+        f"off: {measurement['reason']}. For simulated figures without a GPU set"
+        " ECOGUARD_BACKEND=simulated"
+    )
