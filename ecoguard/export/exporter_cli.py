@@ -45,8 +45,18 @@ def register(subparsers: Any) -> None:
         "--addr",
         default=None,
         help=(
-            "address to bind (default: ECOGUARD_METRICS_ADDR, else 127.0.0.1; use 0.0.0.0 only "
-            "behind a firewall: the metrics reveal models and load)"
+            "address to bind (default: ECOGUARD_METRICS_ADDR, else 127.0.0.1); every interface "
+            "only when written 0.0.0.0 or :: (shorthands such as 0 are refused), and only behind "
+            "a firewall: the metrics reveal models and load"
+        ),
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help=(
+            "connections served at once, one thread each; more wait in the listen backlog "
+            "(default: ECOGUARD_METRICS_MAX_CONNECTIONS, else 64; 1-4096)"
         ),
     )
     parser.add_argument(
@@ -105,7 +115,10 @@ def _check_address(addr: str, port: int, source: str) -> None:
 
 def run_exporter(args: argparse.Namespace) -> int:
     settings = Settings.from_env(
-        backend=args.backend, sample_hz=args.sample_hz, metrics_addr=args.addr
+        backend=args.backend,
+        sample_hz=args.sample_hz,
+        metrics_addr=args.addr,
+        metrics_max_connections=args.max_connections,
     )
     port = args.port if args.port is not None else settings.metrics_port
     port = 9464 if port is None else port
@@ -142,7 +155,12 @@ def run_exporter(args: argparse.Namespace) -> int:
             sys.stdout.write(prometheus.render_text(registry).decode("utf-8"))
             return 0
         try:
-            server = prometheus.serve_registry(settings.metrics_addr, port, registry)
+            server = prometheus.serve_registry(
+                settings.metrics_addr,
+                port,
+                registry,
+                max_connections=settings.metrics_max_connections,
+            )
         except OSError as exc:
             print(
                 f"ecoguard: cannot listen on {settings.metrics_addr}:{port}: "

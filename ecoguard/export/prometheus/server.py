@@ -3,20 +3,35 @@
 :func:`start_metrics_server` serves this process' metrics (127.0.0.1 by default). A port already
 in use is logged clearly and the application goes on without metrics. One server per process;
 a forked child forgets its parent's server (the fork hook ``metrics``) and may start its own.
+
+Bounds (the in-process server and ``ecoguard exporter`` alike; RELIABILITY.md): at most
+``max_connections`` connections are served at once (default :data:`DEFAULT_MAX_CONNECTIONS`, one
+thread and one descriptor each); further ones wait in the kernel's listen backlog, costing this
+process nothing, until one closes. A request must arrive whole, and its reply be sent, within
+:data:`REQUEST_DEADLINE_S` of its first byte (of the connection, for the first request), however
+slowly its bytes trickle in; a connection past that is cut. Between requests a kept-alive
+connection may idle :data:`IDLE_TIMEOUT_S`, less when every slot is taken: then idle ones are
+closed first, so a real scrape gets a slot.
 """
 
 from __future__ import annotations
 
+import errno
 import http.server
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from ecoguard.config import Settings
+from ecoguard.config import (
+    DEFAULT_METRICS_MAX_CONNECTIONS,
+    METRICS_MAX_CONNECTIONS_RANGE,
+    Settings,
+)
 from ecoguard.export.prometheus import multiprocess
 from ecoguard.export.prometheus.aggregates import GenerationAggregates
 from ecoguard.export.prometheus.collector import EcoguardCollector, MeterSource
@@ -33,6 +48,23 @@ DEFAULT_PORT = 9464
 LISTEN_BACKLOG = 1024
 MAX_DISCARDED_BODY_BYTES = 65536
 
+# Connections served at once (one thread and one file descriptor each); more wait in the listen
+# backlog. A fleet's Prometheus replicas keep one connection each; 64 leaves room for bursts.
+# Settings.metrics_max_connections (ECOGUARD_METRICS_MAX_CONNECTIONS) sets it.
+DEFAULT_MAX_CONNECTIONS = DEFAULT_METRICS_MAX_CONNECTIONS
+# Seconds from a request's first byte (the connection's accept, for its first request) until
+# its reply is sent. Prometheus' own scrape timeout defaults to 10 s; a scrape takes ms.
+REQUEST_DEADLINE_S = 10.0
+# Seconds a kept-alive connection may wait for its next request (a scrape interval is 15-60 s;
+# Prometheus reconnects when it finds the connection closed).
+IDLE_TIMEOUT_S = 30.0
+# How long the accept loop waits for a free slot before it looks at its deadlines again.
+_SLOT_WAIT_S = 0.25
+# Pause after accept() fails for want of descriptors or memory, so the loop does not spin on a
+# listening socket that stays readable.
+_ACCEPT_RETRY_S = 0.1
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
 
 class _MetricsHandler(http.server.BaseHTTPRequestHandler):
     """Answers GET and HEAD on /metrics (query string ignored); 404 elsewhere, 405 otherwise."""
@@ -40,9 +72,29 @@ class _MetricsHandler(http.server.BaseHTTPRequestHandler):
     server: _MetricsHTTPServer
     server_version = "ecoguard-metrics"
     protocol_version = "HTTP/1.1"
-    # Seconds a connection may sit without sending a request before it is closed, so idle or
-    # half-open connections (slowloris) cannot pin a thread each forever. Scrapes take ms.
-    timeout = 30.0
+    # The socket timeout: the longest one read may wait, so a kept-alive connection idles at
+    # most this long. A request trickled in byte by byte is cut by the server's deadline.
+    timeout = IDLE_TIMEOUT_S
+
+    def handle(self) -> None:
+        """``BaseHTTPRequestHandler.handle``, with each request's deadline started at its first
+        byte and the connection marked idle while it waits for the next one."""
+        self.close_connection = True
+        self.handle_one_request()
+        while not self.close_connection:
+            self.server.note_idle(self.connection)
+            if not self._next_request_arrives():
+                return
+            self.server.note_busy(self.connection)
+            self.handle_one_request()
+
+    def _next_request_arrives(self) -> bool:
+        """Wait (at most the socket timeout) for the first byte of another request; False at
+        EOF, timeout or a cut connection."""
+        try:
+            return bool(self.rfile.peek(1))
+        except (OSError, ValueError):
+            return False
 
     def _is_metrics_path(self) -> bool:
         return self.path.split("?", 1)[0] in ("/metrics", "/metrics/")
@@ -114,28 +166,120 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
     # The listen backlog: socketserver's default of 5 dropped most of 200 simultaneous scrapes
     # (a fleet's Prometheus replicas, a burst after a restart). The kernel caps it at
-    # net.core.somaxconn (4096 on current Linux).
+    # net.core.somaxconn (4096 on current Linux). Connections past max_connections wait here.
     request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address: tuple[str, int], registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        request_deadline_s: float | None = None,
+    ) -> None:
         self.registry = registry
-        # Open client connections, so stop() can close kept-alive ones: Prometheus reuses its
+        self.max_connections = check_max_connections(max_connections, "max_connections")
+        self.request_deadline_s = (
+            REQUEST_DEADLINE_S if request_deadline_s is None else float(request_deadline_s)
+        )
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        # Open client connections -> the monotonic deadline of the request each is in (None:
+        # idle between requests). stop() closes kept-alive ones: Prometheus reuses its
         # connection, and a handler thread would otherwise go on answering it after shutdown().
-        self._connections: set[socket.socket] = set()
+        self._connections: dict[socket.socket, float | None] = {}
         self._connections_lock = threading.Lock()
+        self._full = False  # the accept loop found every slot taken since the last sweep
+        self._counts = {"at_capacity": 0, "cut_at_deadline": 0, "idle_closed": 0, "peak_open": 0}
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _MetricsHandler)
+        # Non-blocking accept: a connection the client dropped while we waited for a slot must
+        # not block the loop (and shutdown()) in accept() until another one comes.
+        self.socket.setblocking(False)
+
+    def _handle_request_noblock(self) -> None:
+        """socketserver's accept step behind the connection cap: at the cap the connection is
+        left in the listen backlog (no thread, no descriptor here) until a slot frees."""
+        if not self._slots.acquire(timeout=_SLOT_WAIT_S):
+            self._full = True
+            return
+        try:
+            request, client_address = self.get_request()
+        except OSError as exc:
+            self._slots.release()
+            if exc.errno in _RESOURCE_ERRNOS:
+                record_fault("metrics.accept", exc)
+                time.sleep(_ACCEPT_RETRY_S)
+            return
+        try:
+            self.process_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+            self.shutdown_request(request)
+        except BaseException:
+            self.shutdown_request(request)
+            raise
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
-            self._connections.add(request)
+            # The first request's deadline runs from the accept: a connection that sends
+            # nothing holds its slot no longer than one that sends slowly.
+            self._connections[request] = time.monotonic() + self.request_deadline_s
+            self._counts["peak_open"] = max(self._counts["peak_open"], len(self._connections))
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         with self._connections_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
+            tracked = self._connections.pop(request, False) is not False
+        try:
+            super().shutdown_request(request)
+        finally:
+            if tracked:
+                self._slots.release()
+
+    def note_busy(self, request: socket.socket) -> None:
+        """A request's first byte arrived on ``request``: its deadline starts now."""
+        with self._connections_lock:
+            if request in self._connections:
+                self._connections[request] = time.monotonic() + self.request_deadline_s
+
+    def note_idle(self, request: socket.socket) -> None:
+        """``request`` answered and waits for the next request (kept alive)."""
+        with self._connections_lock:
+            if request in self._connections:
+                self._connections[request] = None
+
+    def service_actions(self) -> None:
+        """Once per turn of the accept loop (every poll interval at least): cut connections
+        past their request deadline and, when every slot was taken, idle kept-alive ones."""
+        now = time.monotonic()
+        full, self._full = self._full, False
+        with self._connections_lock:
+            late = [c for c, due in self._connections.items() if due is not None and due <= now]
+            idle = [c for c, due in self._connections.items() if due is None] if full else []
+            for connection in late + idle:
+                self._connections[connection] = float("inf")  # cut once, counted once
+            self._counts["at_capacity"] += full
+            self._counts["cut_at_deadline"] += len(late)
+            self._counts["idle_closed"] += len(idle)
+        if late and self._counts["cut_at_deadline"] == len(late):
+            _log.warning(
+                "ecoguard: /metrics cut a connection that had not sent its request and received "
+                "its reply within %g s (a client stalled or trickling bytes); further ones are "
+                "counted in connection_stats()",
+                self.request_deadline_s,
+            )
+        for connection in late + idle:
+            _cut(connection)
+
+    def connection_stats(self) -> dict[str, int]:
+        """Open connections, the cap, and what the bounds did so far (counts)."""
+        with self._connections_lock:
+            return {
+                "open": len(self._connections),
+                "max_connections": self.max_connections,
+                **self._counts,
+            }
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver prints a traceback to stderr; a scraper dropping its connection (or
@@ -147,10 +291,23 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
         with self._connections_lock:
             connections = list(self._connections)
         for connection in connections:
-            try:
-                connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed by the client
+            _cut(connection)
+
+
+def _cut(connection: socket.socket) -> None:
+    """Shut ``connection`` down both ways: its handler's pending read or write ends at once."""
+    try:
+        connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed by the client
+
+
+def check_max_connections(value: Any, name: str) -> int:
+    """``value`` as a connection cap, or ValueError naming ``name`` and the accepted range."""
+    low, high = METRICS_MAX_CONNECTIONS_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+    return value
 
 
 class MetricsServer:
@@ -195,23 +352,43 @@ class MetricsServer:
         self._httpd.close_connections()
         self._thread.join(timeout=5)
 
+    def connection_stats(self) -> dict[str, int]:
+        """Open connections, the cap, and what the bounds did so far (see the module doc)."""
+        return self._httpd.connection_stats()
+
     def __repr__(self) -> str:
         return f"MetricsServer({self.url!r}, running={self.running})"
 
     def _abandon_in_child(self) -> None:
         """In a forked child: the serving thread is the parent's, so only close this process'
-        copies of the sockets (the port stays the parent's alone) and mark it stopped."""
+        copies of the sockets (the port and the scrapers' connections stay the parent's: a
+        shutdown() here would cut them for the parent too) and mark it stopped. The lock is
+        not taken: a parent thread may have held it at the fork."""
         self._stopped = True
-        for close in (self._httpd.socket.close, self._httpd.close_connections):
+        for sock in [self._httpd.socket, *list(self._httpd._connections)]:
             try:
-                close()
+                sock.close()
             except OSError:
                 pass
 
 
-def serve_registry(addr: str, port: int, registry: CollectorRegistry) -> MetricsServer:
-    """Serve ``registry`` on ``addr:port`` (0: any free port). Raises OSError if it cannot bind."""
-    httpd = _MetricsHTTPServer((addr, port), registry)
+def serve_registry(
+    addr: str,
+    port: int,
+    registry: CollectorRegistry,
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    request_deadline_s: float | None = None,
+) -> MetricsServer:
+    """Serve ``registry`` on ``addr:port`` (0: any free port), at most ``max_connections`` at
+    once, each request within ``request_deadline_s`` (default :data:`REQUEST_DEADLINE_S`).
+    Raises OSError if it cannot bind."""
+    httpd = _MetricsHTTPServer(
+        (addr, port),
+        registry,
+        max_connections=max_connections,
+        request_deadline_s=request_deadline_s,
+    )
     return MetricsServer(httpd, registry, None)
 
 
@@ -305,7 +482,9 @@ def _start_metrics_server(
     registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
-        httpd = _MetricsHTTPServer((addr, port), registry)
+        httpd = _MetricsHTTPServer(
+            (addr, port), registry, max_connections=settings.metrics_max_connections
+        )
     except (OSError, UnicodeError, ValueError, TypeError) as exc:
         registry.unregister(collector)
         _log_bind_failure(addr, port, exc)
