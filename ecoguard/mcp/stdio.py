@@ -57,8 +57,11 @@ def check_line(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
             None, INVALID_REQUEST, f"Invalid Request: a message must be a JSON object, got {kind}"
         )
     ident = message.get("id")
-    if isinstance(ident, bool) or not isinstance(ident, str | int):
-        ident = None
+    if isinstance(ident, float) and ident == ident and abs(ident) != float("inf"):
+        ident_reply: str | int | float | None = ident  # a JSON number: echoed as sent
+    else:
+        ident_reply = ident if _usable_id(ident) else None
+    ident = ident_reply
     problem = _envelope_problem(message)
     if problem is not None:
         code, text_ = problem
@@ -82,6 +85,13 @@ def check_line(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
 def _envelope_problem(message: dict[str, Any]) -> tuple[int, str] | None:
     if "method" in message and not isinstance(message["method"], str):
         return INVALID_REQUEST, "Invalid Request: method must be a string"
+    if "id" in message and not _usable_id(message["id"]):
+        # The SDK reads such a request as a notification and never answers it.
+        return (
+            INVALID_REQUEST,
+            f"Invalid Request: id must be a string or an integer, got {_json_type(message['id'])}"
+            + (f" ({message['id']!r})" if isinstance(message["id"], float) else ""),
+        )
     params = message.get("params")
     if "params" in message and params is not None and not isinstance(params, dict):
         return (
@@ -91,8 +101,14 @@ def _envelope_problem(message: dict[str, Any]) -> tuple[int, str] | None:
     return None
 
 
+def _usable_id(ident: Any) -> bool:
+    """An id the SDK answers: a string or an integer (JSON-RPC also allows null and numbers
+    with fractions, which the SDK does not take)."""
+    return isinstance(ident, str | int) and not isinstance(ident, bool)
+
+
 def _refuse(
-    message: dict[str, Any], ident: str | int | None, code: int, text: str
+    message: dict[str, Any], ident: str | float | None, code: int, text: str
 ) -> tuple[None, dict[str, Any] | None]:
     if "method" in message and "id" not in message:
         # A notification: JSON-RPC forbids a reply, so it is said on stderr.
@@ -101,7 +117,7 @@ def _refuse(
     return None, error_reply(ident, code, text)
 
 
-def error_reply(ident: str | int | None, code: int, message: str) -> dict[str, Any]:
+def error_reply(ident: str | float | None, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
 
 
@@ -141,6 +157,8 @@ def _json_type(value: Any) -> str:
         return "a boolean"
     if isinstance(value, int | float):
         return "a number"
+    if isinstance(value, dict):
+        return "an object"
     return "null" if value is None else type(value).__name__
 
 
@@ -160,18 +178,57 @@ def _first_error(exc: Exception) -> str:
 # The streams handed to the SDK's line loop
 
 
+# When the client closes stdin, requests still running are answered before the server ends
+# (the SDK would cancel them unanswered), for at most this long: the longest tool (audit_code,
+# AUDIT_TIME_LIMIT_S) plus a margin.
+DRAIN_TIMEOUT_S = 30.0
+
+
+class _Pending:
+    """Ids of requests passed to the SDK and not yet answered."""
+
+    def __init__(self) -> None:
+        self._ids: set[str | int] = set()
+        self._changed = threading.Condition()
+
+    def asked(self, line: str) -> None:
+        message = json.loads(line)
+        if "method" in message and _usable_id(message.get("id")):
+            with self._changed:
+                self._ids.add(message["id"])
+
+    def answered(self, text: str) -> None:
+        if '"id"' not in text:
+            return  # a notification from the server
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return
+        if "method" not in message and message.get("id") in self._ids:
+            with self._changed:
+                self._ids.discard(message["id"])
+                self._changed.notify_all()
+
+    def wait_all(self, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._ids, timeout)
+
+
 class _Writer:
     """Whole lines to the wire, one at a time (error replies and the SDK's messages share it)."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], pending: _Pending | None = None) -> None:
         self._stream = stream
         self._lock = threading.Lock()
+        self._pending = pending
 
     def write_line(self, text: str) -> None:
         data = text.rstrip("\n").encode("utf-8") + b"\n"
         with self._lock:
             self._stream.write(data)
             self._stream.flush()
+        if self._pending is not None:
+            self._pending.answered(text)
 
     async def write(self, text: str) -> None:
         await anyio.to_thread.run_sync(self.write_line, text)
@@ -184,9 +241,10 @@ class _CheckedLines:
     """The inbound lines the SDK reads: only those that will validate; the others are
     answered here."""
 
-    def __init__(self, stream: IO[bytes], writer: _Writer) -> None:
+    def __init__(self, stream: IO[bytes], writer: _Writer, pending: _Pending | None = None) -> None:
         self._stream = stream
         self._writer = writer
+        self._pending = pending
 
     def __aiter__(self) -> _CheckedLines:
         return self
@@ -195,6 +253,8 @@ class _CheckedLines:
         while True:
             raw = await anyio.to_thread.run_sync(self._read_line, abandon_on_cancel=True)
             if raw is None:
+                if self._pending is not None:  # the client closed stdin: answer what runs
+                    await anyio.to_thread.run_sync(self._pending.wait_all, DRAIN_TIMEOUT_S)
                 raise StopAsyncIteration
             if raw is _TOO_LONG:
                 reply: dict[str, Any] | None = error_reply(
@@ -209,6 +269,8 @@ class _CheckedLines:
                 logger.info("answered a malformed message: %s", reply["error"]["message"])
                 await self._writer.write(json.dumps(reply))
             if line is not None:
+                if self._pending is not None:
+                    self._pending.asked(line)
                 return line
 
     def _read_line(self) -> bytes | None:
@@ -231,8 +293,9 @@ _TOO_LONG = b"\x00too-long"
 async def checked_stdio() -> AsyncIterator[tuple[Any, Any]]:
     """``(read_stream, write_stream)`` for the low-level server, over fds 0 and 1."""
     with _claimed_std_fds() as (wire_in, wire_out):
-        writer = _Writer(wire_out)
-        lines = _CheckedLines(wire_in, writer)
+        pending = _Pending()
+        writer = _Writer(wire_out, pending)
+        lines = _CheckedLines(wire_in, writer, pending)
         async with stdio_server(stdin=lines, stdout=writer) as streams:  # type: ignore[arg-type]
             yield streams
 

@@ -8,6 +8,7 @@ malformed messages. No __init__.py here on purpose (a package named ``mcp`` woul
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -151,6 +152,12 @@ MALFORMED: list[tuple[str, bytes, object, int]] = [
     ),
     ("method a number", b'{"jsonrpc":"2.0","id":16,"method":5}', 16, INVALID_REQUEST),
     ("no jsonrpc field", b'{"id":17,"method":"ping"}', 17, INVALID_REQUEST),
+    # ids the SDK does not take read as notifications there, never answered (issue 29)
+    ("id an object", b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', None, INVALID_REQUEST),
+    ("id an array", b'{"jsonrpc":"2.0","id":[18],"method":"ping"}', None, INVALID_REQUEST),
+    ("id a fraction", b'{"jsonrpc":"2.0","id":19.5,"method":"ping"}', 19.5, INVALID_REQUEST),
+    ("id a float", b'{"jsonrpc":"2.0","id":20.0,"method":"ping"}', 20.0, INVALID_REQUEST),
+    ("id null", b'{"jsonrpc":"2.0","id":null,"method":"ping"}', None, INVALID_REQUEST),
 ]
 
 
@@ -173,6 +180,31 @@ def test_every_malformed_line_gets_an_error_reply_and_the_server_goes_on(server)
     )
     reply = server.receive()
     assert reply["id"] == 100 and not reply["result"].get("isError")
+
+
+def test_calls_running_when_stdin_closes_are_still_answered(tmp_path):
+    """A client that sends its requests and closes stdin (a pipe, a one-shot script) gets
+    every answer before the server ends; the SDK used to cancel the ones still running."""
+    raw = RawServer(tmp_path)
+    try:
+        raw.initialize()
+        asked = list(range(1, 7))
+        for ident in asked:
+            question = f"Mistral-7B on A800 with int8, batch {ident}: cost for 1M requests?"
+            raw.request(
+                ident, "tools/call", {"name": "advise", "arguments": {"question": question}}
+            )
+        assert raw.proc.stdin is not None
+        raw.proc.stdin.close()
+        answered = []
+        with contextlib.suppress(AssertionError):  # "the server closed its output" ends it
+            while len(answered) < len(asked):
+                answered.append(raw.receive()["id"])
+        assert sorted(answered) == asked
+        assert raw.proc.wait(timeout=30) == 0
+    finally:
+        raw.proc.stdin = None
+        raw.close()
 
 
 def _generate_loop(calls: int) -> str:
