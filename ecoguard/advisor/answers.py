@@ -1,6 +1,7 @@
-"""The advisor's answers: a free-text question (``advise``) or explicit facts (``answer_for_flags``,
-the CLI flags and the MCP tools) -> a protocol run through the ``PROTOCOLS`` table -> an
-``Answer`` with what was parsed, assumed and found. Questions outside the reference data get a
+"""The advisor's answers: one :class:`~ecoguard.advisor.question.Question` (from free text via
+``advise``, or from CLI flags and MCP tool arguments via ``Question.from_flags``) -> ``answer``,
+the one assembly path -> a protocol run through the ``PROTOCOLS`` table -> an ``Answer`` with
+what was understood, assumed and found. Questions outside the reference data get a
 gray answer with the measurement protocol; a trap that does not depend on the model is answered
 without one; pasted code goes through the audit.
 """
@@ -20,7 +21,6 @@ from ecoguard.advisor.accelerators import (
 from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.coverage import OutOfData
 from ecoguard.advisor.deployments import (
-    Default,
     HonestyNote,
     build_deployment,
     honesty_notes,
@@ -32,7 +32,8 @@ from ecoguard.advisor.deployments import (
     volume_default,
     volume_default_entry,
 )
-from ecoguard.advisor.parse import ParsedQuestion, parse_question
+from ecoguard.advisor.parse import parse_question
+from ecoguard.advisor.question import Default, Question
 from ecoguard.advisor.registry import PROTOCOLS, Request
 from ecoguard.advisor.serving import (
     BatchingAdvice,
@@ -43,7 +44,7 @@ from ecoguard.advisor.serving import (
 )
 from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
-from ecoguard.deployment import Deployment, GpuSpec, normalize_precision
+from ecoguard.deployment import Deployment, GpuSpec
 from ecoguard.errors import UsageError
 from ecoguard.findings import Mood, weakest_tier
 
@@ -53,7 +54,7 @@ class Answer:
     """A protocol result plus what the question said and what was assumed."""
 
     result: protocols.AdvisorResult
-    parsed: ParsedQuestion | None = None
+    question: Question | None = None
     defaults: tuple[Default, ...] = ()
     honesty: tuple[HonestyNote, ...] = ()
     extra_conversions: tuple[Conversion, ...] = ()
@@ -88,19 +89,19 @@ class Answer:
         if self.vendor is not None:
             body["accelerator"] = {"vendor": self.vendor.key, "name": self.vendor.name}
         out: dict[str, Any] = {"protocol": self.result.protocol}
-        if self.parsed is not None:
-            out["parsed"] = self.parsed.to_dict()
+        if self.question is not None and self.question.text is not None:
+            out["parsed"] = self.question.to_dict()  # what free text was understood as
         out.update(body)
         return out
 
 
 def _gray(
-    parsed: ParsedQuestion, items: tuple[OutOfData, ...], dep: Deployment | None
+    question: Question, items: tuple[OutOfData, ...], dep: Deployment | None
 ) -> protocols.AdvisorResult:
     return protocols.AdvisorResult(
-        protocol=parsed.protocol,
+        protocol=question.protocol,
         mood=Mood.GRAY,
-        language=parsed.language,
+        language=question.language,
         deployment=dep,
         out_of_data=tuple(o.to_dict() for o in items),
         extra={"measurement_protocol": True},
@@ -117,102 +118,97 @@ _ASK_TO_PRICE = Text(
 def advise(text: object, *, settings: Settings | None = None) -> Answer:
     """Answer one free-text question. Raises UsageError (exit 2) for bad input, unknown names
     and contradictions."""
-    parsed = parse_question(text)
-    settings, region_defaults = settings_for(parsed, settings)
-    settings_used = settings_used_for(settings, parsed)
-    early = _answer_without_deployment(parsed, settings, settings_used)
+    return answer(Question.from_parsed(parse_question(text)), settings)
+
+
+def answer(question: Question, settings: Settings | None = None) -> Answer:
+    """THE assembly path: the answer to one question, whichever door it came through (free
+    text, CLI flags, MCP tool arguments). Raises UsageError for unknown names and
+    contradictions; anything else is a bug and propagates."""
+    settings, region_defaults = settings_for(question, settings)
+    settings_used = settings_used_for(settings, question)
+    early = _answer_without_deployment(question, settings, settings_used)
     if early is not None:
         return early
-    gpu_match = resolve_gpu_match(parsed.gpu)[1] if parsed.gpu else None
+    gpu_match = resolve_gpu_match(question.gpu)[1] if question.gpu else None
     dep, defaults = build_deployment(
-        model=parsed.model,
-        gpu=parsed.gpu,
-        precision=parsed.precision,
-        batch_size=parsed.batch_size,
-        prompt_tokens=parsed.prompt_tokens,
-        generation_tokens=parsed.generation_tokens,
-        use=parsed.use,
-        compiled=parsed.compiled,
-        int8_threshold=parsed.int8_threshold,
-        fill_precision=_fills_precision(parsed),
-        gpu_count=parsed.gpu_count,
-        compute_dtype=parsed.compute_dtype,
-        engine=parsed.engine,
+        model=question.model,
+        gpu=question.gpu,
+        precision=question.precision,
+        batch_size=question.batch_size,
+        prompt_tokens=question.prompt_tokens,
+        generation_tokens=question.generation_tokens,
+        use=question.use,
+        compiled=question.compiled,
+        int8_threshold=question.int8_threshold,
+        fill_precision=_fills_precision(question),
+        gpu_count=question.gpu_count,
+        compute_dtype=question.compute_dtype,
+        engine=question.engine,
     )
     defaults = region_defaults + defaults
-    if parsed.out_of_data:
+    if question.out_of_data:
         return Answer(
-            result=_gray(parsed, parsed.out_of_data, dep),
-            parsed=parsed,
+            result=_gray(question, question.out_of_data, dep),
+            question=question,
             defaults=tuple(defaults),
             measurement_protocol=True,
             settings_used=settings_used,
             gpu_match=gpu_match,
         )
-    return _answer(parsed, dep, settings, settings_used, defaults, gpu_match)
+    return _answer(question, dep, settings, settings_used, defaults, gpu_match)
 
 
-def _fills_precision(parsed: ParsedQuestion) -> bool:
+def _fills_precision(question: Question) -> bool:
     """compare lists every precision and diagnose infers one from the figures: neither gets a
     default precision, unless the question names one (or diagnose has no figure to infer from)."""
-    if PROTOCOLS[parsed.protocol].fills_precision or parsed.precisions:
+    if PROTOCOLS[question.protocol].fills_precision or question.precisions:
         return True
-    return parsed.protocol == "diagnose" and not _has_figures(parsed)
-
-
-def _has_figures(parsed: ParsedQuestion) -> bool:
-    return any(
-        v is not None
-        for v in (
-            parsed.observed_throughput_tok_s,
-            parsed.observed_power_w,
-            parsed.observed_energy_j_per_1k,
-        )
-    )
+    return question.protocol == "diagnose" and not question.has_figures
 
 
 def _answer_without_deployment(
-    parsed: ParsedQuestion, settings: Settings, settings_used: dict[str, Any]
+    question: Question, settings: Settings, settings_used: dict[str, Any]
 ) -> Answer | None:
     """Answers that need no deployment: code (audited), an accelerator outside the data (gray,
     with the protocol), a trap that does not depend on the model; a missing model a protocol
     needs is asked back (UsageError)."""
-    if parsed.protocol == "audit" or parsed.code:
-        return _audit_answer(parsed, settings_used)
-    vendor = next((VENDORS[o.vendor] for o in parsed.out_of_data if o.vendor in VENDORS), None)
+    if question.protocol == "audit" or question.code:
+        return _audit_answer(question, settings_used)
+    vendor = next((VENDORS[o.vendor] for o in question.out_of_data if o.vendor in VENDORS), None)
     if vendor is not None:
         return Answer(
-            result=_gray(parsed, parsed.out_of_data, None),
-            parsed=parsed,
+            result=_gray(question, question.out_of_data, None),
+            question=question,
             measurement_protocol=True,
             settings_used=settings_used,
             vendor=vendor,
         )
-    if parsed.model is not None:
+    if question.model is not None:
         return None
-    trap = protocols.general_trap_rule(parsed.precision) is not None
-    if parsed.protocol == "diagnose" and not _has_figures(parsed) and trap:
-        return _trap_without_model(parsed, settings, settings_used)
+    trap = protocols.general_trap_rule(question.precision) is not None
+    if question.protocol == "diagnose" and not question.has_figures and trap:
+        return _trap_without_model(question, settings, settings_used)
     # A precision question without a model ("FP8 on Blackwell?") compares across models.
-    needs_model = PROTOCOLS[parsed.protocol].needs_model and not (
-        parsed.protocol == "compare" and parsed.precisions
+    needs_model = PROTOCOLS[question.protocol].needs_model and not (
+        question.protocol == "compare" and question.precisions
     )
     if not needs_model:
         return None
-    if trap and not (parsed.protocol in ("optimize", "compare") and parsed.gpu is not None):
-        return _trap_without_model(parsed, settings, settings_used)
-    if parsed.protocol == "optimize" and parsed.precisions:
+    if trap and not (question.protocol in ("optimize", "compare") and question.gpu is not None):
+        return _trap_without_model(question, settings, settings_used)
+    if question.protocol == "optimize" and question.precisions:
         return None
     raise UsageError(
         Text(
             "which model? Name one, e.g. 'Qwen2.5-7B', 'Mistral-7B' or just a size like '7B'.",
             "哪个模型？请写上模型名，例如 Qwen2.5-7B、Mistral-7B，或只写大小如 7B。",
-        ).get(parsed.language)
+        ).get(question.language)
     )
 
 
 def _answer(
-    parsed: ParsedQuestion,
+    question: Question,
     dep: Deployment,
     settings: Settings,
     settings_used: dict[str, Any],
@@ -221,36 +217,38 @@ def _answer(
 ) -> Answer:
     """Run the protocol on the deployment, then add what every answer carries: batching advice,
     the extrapolated tier of a borrowed GPU profile, warnings, honesty notes."""
-    lang = parsed.language
-    serving = parsed.serving or (parsed.use is None and dep.use == "api")
-    requests, volume_conversions = monthly_requests(parsed, dep, settings)
-    listed_volume = volume_default(parsed, requests, settings)
+    lang = question.language
+    serving = question.serving or (question.use is None and dep.use == "api")
+    requests, volume_conversions = monthly_requests(question, dep, settings)
+    listed_volume = volume_default(question, requests, settings)
     if listed_volume is not None:
         defaults.append(listed_volume)
     monthly = requests if requests is not None else settings.monthly_requests
-    max_batch = _max_batch(parsed, dep, settings, monthly, serving)
-    result = PROTOCOLS[parsed.protocol].run(
-        _request(parsed, dep, settings, requests, max_batch, serving)
+    max_batch = _max_batch(question, dep, settings, monthly, serving)
+    result = PROTOCOLS[question.protocol].run(
+        _request(question, dep, settings, requests, max_batch, serving)
     )
-    if requests is None and parsed.protocol == "diagnose" and result.mood != Mood.GRAY:
+    if requests is None and question.protocol == "diagnose" and result.mood != Mood.GRAY:
         defaults.append(volume_default_entry(settings))  # the batching advice uses it
     batching = result.batching
     if batching is None and result.deployment is not None and result.mood != Mood.GRAY:
         # compare and diagnose: the batching advice for the deployment asked about.
-        batching = _advice_for(parsed, dep, settings, monthly, serving)
-        local = parsed.price_currency not in (None, "USD", "CNY")
+        batching = _advice_for(question, dep, settings, monthly, serving)
+        local = question.price_currency not in (None, "USD", "CNY")
         result = _with_batching(result, batching, lang, usd=not local)
     if gpu_match is not None:
         result = _extrapolated(result)
     result = _mood_within_saving(result, lang)
-    warnings = _warnings(dep, parsed)
+    warnings = _warnings(dep, question)
     if warnings and result.mood == Mood.GREEN:
         result = replace(result, mood=Mood.YELLOW)  # it cannot run as asked: not green
     return Answer(
         result=result,
-        parsed=parsed,
+        question=question,
         defaults=tuple(defaults),
-        honesty=tuple(honesty_notes(result.deployment or dep, _precisions_in_play(parsed, result))),
+        honesty=tuple(
+            honesty_notes(result.deployment or dep, _precisions_in_play(question, result))
+        ),
         extra_conversions=tuple(volume_conversions),
         settings_used=settings_used,
         batching=batching,
@@ -260,7 +258,7 @@ def _answer(
 
 
 def _advice_for(
-    parsed: ParsedQuestion, dep: Deployment, settings: Settings, monthly: int, serving: bool
+    question: Question, dep: Deployment, settings: Settings, monthly: int, serving: bool
 ) -> BatchingAdvice | None:
     if not dep.model.params_b:
         return None
@@ -270,14 +268,14 @@ def _advice_for(
         requests_per_month=monthly,
         use=dep.use or "api",
         serving=serving,
-        concurrency=parsed.concurrency,
-        hours_per_day=parsed.hours_per_day,
+        concurrency=question.concurrency,
+        hours_per_day=question.hours_per_day,
     )
 
 
-def _precisions_in_play(parsed: ParsedQuestion, result: protocols.AdvisorResult) -> tuple[str, ...]:
+def _precisions_in_play(question: Question, result: protocols.AdvisorResult) -> tuple[str, ...]:
     """The precisions an answer talks about: asked, current, recommended."""
-    found = list(parsed.precisions)
+    found = list(question.precisions)
     if result.deployment and result.deployment.precision:
         found.append(result.deployment.precision)
     if result.recommendation and result.recommendation.get("precision"):
@@ -286,7 +284,7 @@ def _precisions_in_play(parsed: ParsedQuestion, result: protocols.AdvisorResult)
 
 
 def _request(
-    parsed: ParsedQuestion,
+    question: Question,
     dep: Deployment,
     settings: Settings,
     requests: int | None,
@@ -296,26 +294,26 @@ def _request(
     return Request(
         deployment=dep,
         settings=settings,
-        language=parsed.language,
+        language=question.language,
         requests_per_month=requests,
         max_batch=max_batch,
         serving=serving,
-        concurrency=parsed.concurrency,
-        hours_per_day=parsed.hours_per_day,
-        model_named=parsed.model is not None,
-        precisions=parsed.precisions,
-        observed_throughput_tok_s=parsed.observed_throughput_tok_s,
-        observed_power_w=parsed.observed_power_w,
-        observed_energy_j_per_1k=parsed.observed_energy_j_per_1k,
-        currency=parsed.currency,
-        cny_per_usd=parsed.cny_per_usd,
-        price_per_kwh=parsed.price_per_kwh,
-        price_currency=parsed.price_currency,
+        concurrency=question.concurrency,
+        hours_per_day=question.hours_per_day,
+        model_named=question.model is not None,
+        precisions=question.precisions,
+        observed_throughput_tok_s=question.observed_throughput_tok_s,
+        observed_power_w=question.observed_power_w,
+        observed_energy_j_per_1k=question.observed_energy_j_per_1k,
+        currency=question.currency,
+        cny_per_usd=question.cny_per_usd,
+        price_per_kwh=question.price_per_kwh,
+        price_currency=question.price_currency,
     )
 
 
 def _max_batch(
-    parsed: ParsedQuestion, dep: Deployment, settings: Settings, monthly: int, serving: bool
+    question: Question, dep: Deployment, settings: Settings, monthly: int, serving: bool
 ) -> int | None:
     """How far a served deployment may batch: the requests in flight at once (stated, or
     derived from the volume), at most the batcher's 16. None for a batch job (its grid applies)
@@ -326,8 +324,8 @@ def _max_batch(
         dep,
         settings=settings,
         requests_per_month=monthly,
-        concurrency=parsed.concurrency,
-        hours_per_day=parsed.hours_per_day,
+        concurrency=question.concurrency,
+        hours_per_day=question.hours_per_day,
     )
     return serving_batch_cap(None if basis == "bandwidth" else in_flight)
 
@@ -403,7 +401,7 @@ def _extrapolated(result: protocols.AdvisorResult) -> protocols.AdvisorResult:
     )
 
 
-def _warnings(dep: Deployment, parsed: ParsedQuestion | None) -> list[Text]:
+def _warnings(dep: Deployment, question: Question | None) -> list[Text]:
     out: list[Text] = []
     window = dep.model.context_window
     total = (dep.prompt_tokens or 0) + (dep.generation_tokens or 0)
@@ -423,105 +421,37 @@ def _warnings(dep: Deployment, parsed: ParsedQuestion | None) -> list[Text]:
 
 
 def _trap_without_model(
-    parsed: ParsedQuestion, settings: Settings, settings_used: dict[str, Any]
+    question: Question, settings: Settings, settings_used: dict[str, Any]
 ) -> Answer:
     """A trap that does not depend on the model (load_in_8bit, FP8 eager...): answer it from its
     evidence rows, then ask for model, GPU and volume to price it."""
-    gpu_spec = resolve_gpu_spec(parsed.gpu) if parsed.gpu else GpuSpec()
-    dep = protocols.with_precision(Deployment(gpu=gpu_spec), parsed.precision or "fp16")
-    result = protocols.diagnose(dep, settings=settings, language=parsed.language)
+    gpu_spec = resolve_gpu_spec(question.gpu) if question.gpu else GpuSpec()
+    dep = protocols.with_precision(Deployment(gpu=gpu_spec), question.precision or "fp16")
+    result = protocols.diagnose(dep, settings=settings, language=question.language)
     result = replace(result, protocol="diagnose")
     return Answer(
         result=result,
-        parsed=parsed,
+        question=question,
         settings_used=settings_used,
         asks=_ASK_TO_PRICE,
     )
 
 
-def _audit_answer(parsed: ParsedQuestion, settings_used: dict[str, Any]) -> Answer:
+def _audit_answer(question: Question, settings_used: dict[str, Any]) -> Answer:
     """Files named in the question, or code pasted into it, through ``ecoguard.audit`` (read as
     text, never run). Code that does not parse falls back to the trap its flags name."""
-    gpu = parsed.gpu if parsed.gpu and card_spec(parsed.gpu) is None else None
-    request = Request(language=parsed.language, paths=parsed.paths, code=parsed.code)
+    gpu = question.gpu if question.gpu and card_spec(question.gpu) is None else None
+    request = Request(language=question.language, paths=question.paths, code=question.code)
     run = PROTOCOLS["audit"].run
     try:
         result = run(replace(request, audit_gpu=gpu))
     except UsageError:  # a GPU the audit does not know: audit without the GPU-dependent rules
         result = run(request)
     asks = None
-    if result.mood == Mood.GRAY and protocols.general_trap_rule(parsed.precision):
-        traps = protocols.general_traps(parsed.precision)
+    if result.mood == Mood.GRAY and protocols.general_trap_rule(question.precision):
+        traps = protocols.general_traps(question.precision)
         result = replace(result, findings=tuple(traps), mood=Mood.worst(f.mood for f in traps))
         asks = _ASK_TO_PRICE
-    elif parsed.code and result.findings and parsed.model is None:
+    elif question.code and result.findings and question.model is None:
         asks = _ASK_TO_PRICE
-    return Answer(result=result, parsed=parsed, settings_used=settings_used, asks=asks)
-
-
-def answer_for_flags(
-    protocol: str,
-    *,
-    model: str | None,
-    gpu: str | None = None,
-    precision: str | None = None,
-    batch_size: int | None = None,
-    prompt_tokens: int | None = None,
-    generation_tokens: int | None = None,
-    requests_per_month: int | None = None,
-    use: str | None = None,
-    language: str = "en",
-    settings: Settings | None = None,
-    observed: dict[str, float | None] | None = None,
-    cny_per_usd: float | None = None,
-) -> Answer:
-    """The answer for explicit facts (CLI flags, MCP tool arguments): ``optimize``,
-    ``compare``, ``estimate`` or ``diagnose``. Both front doors call this, so
-    ``ecoguard optimize --json`` and the MCP ``optimize`` tool return the same thing."""
-    if protocol not in PROTOCOLS or protocol == "audit":
-        raise UsageError(f"unknown protocol {protocol!r}")
-    spec = PROTOCOLS[protocol]
-    settings = settings or Settings()
-    dep, defaults = build_deployment(
-        model=model,
-        gpu=gpu,
-        precision=normalize_precision(precision) if precision is not None else None,
-        batch_size=batch_size,
-        prompt_tokens=prompt_tokens,
-        generation_tokens=generation_tokens,
-        use=use,
-        # compare lists every precision and diagnose infers one: neither is given a default.
-        fill_precision=spec.fills_precision,
-    )
-    observed = observed or {}
-    result = spec.run(
-        Request(
-            deployment=dep,
-            settings=settings,
-            language=language,
-            requests_per_month=requests_per_month,
-            observed_throughput_tok_s=observed.get("throughput_tok_s"),
-            observed_power_w=observed.get("power_w"),
-            observed_energy_j_per_1k=observed.get("energy_j_per_1k"),
-            currency="CNY" if cny_per_usd else "USD",
-            cny_per_usd=cny_per_usd,
-        )
-    )
-    batching = result.batching
-    in_play = tuple(
-        p
-        for p in (
-            result.deployment.precision if result.deployment else None,
-            (result.recommendation or {}).get("precision"),
-        )
-        if p
-    )
-    return Answer(
-        result=result,
-        defaults=tuple(defaults),
-        honesty=tuple(honesty_notes(result.deployment or dep, in_play)),
-        settings_used={"region": settings.region, "price_usd_per_kwh": settings.price_usd_per_kwh},
-        batching=batching,
-        gpu_match=resolve_gpu_match(gpu)[1] if gpu else None,
-        warnings=tuple(_warnings(dep, None)),
-    )
+    return Answer(result=result, question=question, settings_used=settings_used, asks=asks)

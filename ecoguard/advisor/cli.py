@@ -113,24 +113,50 @@ def _emit(answer: Any, args: argparse.Namespace) -> int:
 def _advise(args: argparse.Namespace) -> int:
     from ecoguard.advisor.answers import advise  # lazy: --help imports this module
 
-    return _emit(advise(" ".join(args.text)), args)
+    return _emit(advise(" ".join(args.text), settings=Settings.from_env()), args)
 
 
-# The diagnose flags -> the DeploymentArguments fields they fill.
-_OBSERVED_FLAGS = {
+# The flags that name a fact of the question under another name (diagnose's observed figures).
+_RENAMED_FLAGS = {
     "throughput": "observed_throughput_tok_s",
     "power": "observed_power_w",
     "energy_per_1k": "observed_energy_j_per_1k",
 }
+# The facts a flags command may give (each a keyword of Question.from_flags).
+_FACT_FLAGS = (
+    "model",
+    "gpu",
+    "precision",
+    "batch_size",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_per_month",
+    "region",
+    "use",
+    "language",
+)
+
+
+def question_from_args(args: argparse.Namespace, protocol: str) -> Any:
+    """The Question a flags command asks: the same record free text and MCP arguments make."""
+    from ecoguard.advisor.question import Question  # lazy: --help imports this module
+
+    facts = {name: getattr(args, name) for name in _FACT_FLAGS if hasattr(args, name)}
+    facts.update(
+        {
+            field: getattr(args, flag)
+            for flag, field in _RENAMED_FLAGS.items()
+            if hasattr(args, flag)
+        }
+    )
+    facts["region"] = facts.get("region") or None  # an empty --region keeps the configured one
+    return Question.from_flags(protocol, **facts)
 
 
 def _answer_for(args: argparse.Namespace, protocol: str) -> Any:
-    from ecoguard.advisor.flags import DeploymentArguments  # lazy: --help imports this module
+    from ecoguard.advisor.answers import answer  # lazy: --help imports this module
 
-    observed = {field: getattr(args, flag, None) for flag, field in _OBSERVED_FLAGS.items()}
-    # An empty --region keeps the configured region.
-    facts = DeploymentArguments.from_namespace(args, region=args.region or None, **observed)
-    return facts.answer(protocol, Settings.from_env())
+    return answer(question_from_args(args, protocol), Settings.from_env())
 
 
 def _optimize(args: argparse.Namespace) -> int:

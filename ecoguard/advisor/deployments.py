@@ -1,6 +1,6 @@
-"""From a parsed question (or CLI flags) to a Deployment: names resolved against the knowledge
+"""From a Question (free text, CLI flags or MCP arguments alike) to a Deployment: names resolved against the knowledge
 tables (an NVIDIA card outside the table answered as its nearest profile), the stated defaults
-for what is missing (each listed with how to change it), the settings the question implies
+for what is missing (chosen in ``question``, each listed with how to change it), the settings the question implies
 (region, a local machine's PUE, the electricity price), the monthly volume, and the honesty notes
 where the publisher's prose and the measured rows disagree.
 """
@@ -19,7 +19,16 @@ from ecoguard.advisor.accelerators import (
 )
 from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.extract import LOCAL_PUE
-from ecoguard.advisor.parse import ParsedQuestion
+from ecoguard.advisor.question import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_GENERATION_TOKENS,
+    DEFAULT_GPU,
+    DEFAULT_PRECISION,
+    DEFAULT_PROMPT_TOKENS,
+    DEFAULT_REGION_ZH,
+    Default,
+    Question,
+)
 from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
@@ -34,32 +43,6 @@ from ecoguard.knowledge import (
     resolve_gpu,
     resolve_model,
 )
-
-DEFAULT_GPU = "rtx4090d"
-
-
-DEFAULT_PRECISION = "fp16"
-
-
-DEFAULT_BATCH_SIZE = 1
-
-
-DEFAULT_PROMPT_TOKENS = 512
-
-
-DEFAULT_GENERATION_TOKENS = 256
-
-
-@dataclass(frozen=True, slots=True)
-class Default:
-    """A fact the question did not give, the value used, and how to change it."""
-
-    field: str
-    value: object
-    how: Text
-
-    def to_dict(self) -> dict[str, object]:
-        return {"field": self.field, "value": self.value, "how_to_change": self.how.en}
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +123,7 @@ def build_deployment(
     def given_or_default(field: str, value: Any, default: Any) -> Any:
         if value is not None:
             return value
-        defaults.append(Default(field, default, _HOW_TO_STATE[field]))
+        defaults.append(Default.of(field, default))
         return default
 
     gpu_spec = resolve_gpu_spec(given_or_default("gpu", gpu, DEFAULT_GPU))
@@ -186,68 +169,28 @@ def served_as_stated(
     return dep
 
 
-# How to state each fact a question left out (the note beside its default).
-_HOW_TO_STATE: dict[str, Text] = {
-    "gpu": Text(
-        "name a GPU, e.g. 'on an A800' or --gpu a800",
-        "在问题里写上 GPU，例如“在 A800 上”，或用 --gpu a800",
-    ),
-    "precision": Text(
-        "say e.g. 'NF4', 'INT8', 'load_in_8bit=True' or --precision",
-        "写明精度，例如 NF4、INT8、load_in_8bit=True，或用 --precision",
-    ),
-    "batch_size": Text(
-        "say e.g. 'batch size 8' or --batch-size 8",
-        "写明批大小，例如“批大小 8”，或用 --batch-size 8",
-    ),
-    "prompt_tokens": Text(
-        "say e.g. '1024 tokens in' or --prompt-tokens",
-        "写明输入长度，例如“输入 1024”，或用 --prompt-tokens",
-    ),
-    "generation_tokens": Text(
-        "say e.g. '128 tokens out' or --generation-tokens",
-        "写明输出长度，例如“输出 128”，或用 --generation-tokens",
-    ),
-    "use": Text(
-        "served requests from many users, which can be batched; say 'for chat' (one "
-        "interactive user), 'for an API' or 'a batch job', or --use chat|api|batch",
-        "按多用户在线服务计（可合并批处理）；写明“聊天”（单个交互用户）、“API 服务”或“批处理”，"
-        "或用 --use chat|api|batch",
-    ),
-}
-
-
 def settings_for(
-    parsed: ParsedQuestion | None, base: Settings | None = None
+    question: Question | None, base: Settings | None = None
 ) -> tuple[Settings, list[Default]]:
     """Settings for the question: its region (a Chinese question defaults to China), a local
     machine's PUE (1.0: no data-centre overhead) and a USD electricity price."""
     settings = base or Settings()
     defaults: list[Default] = []
-    if parsed is None:
+    if question is None:
         return settings, defaults
     changes: dict[str, Any] = {}
-    if parsed.region:
-        changes["region"] = parsed.region
-    elif parsed.language == "zh" and settings.region == "us":
-        changes["region"] = "china"
-        defaults.append(
-            Default(
-                "region",
-                "china",
-                Text(
-                    "say 'in the US' (or another region) to change it",
-                    "在问题里写上地区（如“在美国”）即可更改",
-                ),
-            )
-        )
-    if parsed.local and settings.pue is None:
+    if question.region:
+        changes["region"] = question.region
+    elif question.language == "zh" and settings.region == "us":
+        changes["region"] = DEFAULT_REGION_ZH
+        defaults.append(Default.of("region", DEFAULT_REGION_ZH))
+    if question.local and settings.pue is None:
         changes["pue"] = LOCAL_PUE
-    if parsed.price_per_kwh is not None:
-        if parsed.price_currency == "USD":
-            changes["price_usd_per_kwh"] = parsed.price_per_kwh
-        elif parsed.price_currency == "CNY" and parsed.cny_per_usd:
-            changes["price_usd_per_kwh"] = parsed.price_per_kwh / parsed.cny_per_usd
+    if question.price_per_kwh is not None:
+        if question.price_currency == "USD":
+            changes["price_usd_per_kwh"] = question.price_per_kwh
+        elif question.price_currency == "CNY" and question.cny_per_usd:
+            changes["price_usd_per_kwh"] = question.price_per_kwh / question.cny_per_usd
     return (settings.with_(**changes) if changes else settings), defaults
 
 
@@ -339,83 +282,73 @@ def _delta_notes(gpu: str, precision: str) -> list[HonestyNote]:
     return notes
 
 
-def volume_default(
-    parsed: ParsedQuestion, requests: int | None, settings: Settings
-) -> Default | None:
-    if requests is not None or parsed.protocol not in ("estimate", "optimize", "compare"):
+def volume_default(question: Question, requests: int | None, settings: Settings) -> Default | None:
+    if requests is not None or question.protocol not in ("estimate", "optimize", "compare"):
         return None
-    if parsed.protocol == "compare" and parsed.model is None:
+    if question.protocol == "compare" and question.model is None:
         return None
     return volume_default_entry(settings)
 
 
 def volume_default_entry(settings: Settings) -> Default:
-    return Default(
-        "requests_per_month",
-        settings.monthly_requests,
-        Text(
-            "say e.g. '1M requests a month', '100 requests per second', '10,000 users a day' or "
-            "--requests-per-month",
-            "写明用量，例如“每月 100 万次请求”“每秒 100 次请求”“每天 1 万用户”，或用 --requests-per-month",
-        ),
-    )
+    return Default.of("requests_per_month", settings.monthly_requests)
 
 
 def monthly_requests(
-    parsed: ParsedQuestion, dep: Deployment, settings: Settings
+    question: Question, dep: Deployment, settings: Settings
 ) -> tuple[int | None, list[Conversion]]:
     """Monthly requests from what the question gave: a request count, a text volume (tokens /
     generated tokens per request), or serving hours per day (throughput x hours)."""
     conversions: list[Conversion] = []
-    if parsed.requests_per_month is not None:
-        return parsed.requests_per_month, conversions
+    if question.requests_per_month is not None:
+        return question.requests_per_month, conversions
     gen = dep.generation_tokens or DEFAULT_GENERATION_TOKENS
-    if parsed.total_tokens is not None:
-        requests = max(1, math.ceil(parsed.total_tokens / gen))
-        monthly = parsed.tokens_period == "month"
+    if question.total_tokens is not None:
+        requests = max(1, math.ceil(question.total_tokens / gen))
+        monthly = question.tokens_period == "month"
         conversions.append(
             Conversion.of(
                 "requests",
-                f"{parsed.total_tokens:,} {'token' if parsed.total_tokens == 1 else 'tokens'}"
+                f"{question.total_tokens:,} {'token' if question.total_tokens == 1 else 'tokens'}"
                 + (" a month" if monthly else ""),
                 requests,
                 f"/ {gen} generated {'token' if gen == 1 else 'tokens'} per request"
                 + ("" if monthly else " (one-off volume, counted as one month)"),
                 f"按每次请求生成 {gen} 个 token 计"
                 + ("" if monthly else "；一次性用量，按一个月计"),
-                source_zh=f"{'每月 ' if monthly else ''}{parsed.total_tokens:,} 个 token",
+                source_zh=f"{'每月 ' if monthly else ''}{question.total_tokens:,} 个 token",
             )
         )
         return requests, conversions
-    if parsed.hours_per_day is not None:
+    if question.hours_per_day is not None:
         est = protocols.estimate_dict(protocols.run_estimate(dep, settings, None))
         tput = protocols.figure(est, "throughput_tok_s")
         if tput:
-            requests = int(parsed.hours_per_day * 3600 * 30 * tput / gen)
+            requests = int(question.hours_per_day * 3600 * 30 * tput / gen)
             conversions.append(
                 Conversion.of(
                     "requests",
-                    f"{parsed.hours_per_day:g} h/day",
+                    f"{question.hours_per_day:g} h/day",
                     requests,
-                    f"{parsed.hours_per_day:g} h x 3600 s x 30 days x {tput:.1f} tok/s "
+                    f"{question.hours_per_day:g} h x 3600 s x 30 days x {tput:.1f} tok/s "
                     f"({est.get('tier')}) / {gen} tokens per request",
-                    f"{parsed.hours_per_day:g} 小时 x 3600 秒 x 30 天 x {tput:.1f} tok/s"
+                    f"{question.hours_per_day:g} 小时 x 3600 秒 x 30 天 x {tput:.1f} tok/s"
                     f"（{est.get('tier')}）÷ 每次请求 {gen} 个 token",
-                    source_zh=f"每天 {parsed.hours_per_day:g} 小时",
+                    source_zh=f"每天 {question.hours_per_day:g} 小时",
                 )
             )
             return requests, conversions
     return None, conversions
 
 
-def settings_used_for(settings: Settings, parsed: ParsedQuestion | None) -> dict[str, Any]:
+def settings_used_for(settings: Settings, question: Question | None) -> dict[str, Any]:
     used: dict[str, Any] = {
         "region": settings.region,
         "price_usd_per_kwh": settings.price_usd_per_kwh,
     }
     if settings.pue is not None:
         used["pue"] = settings.pue
-    if parsed is not None and parsed.price_per_kwh is not None:
-        used["price_per_kwh"] = parsed.price_per_kwh
-        used["price_currency"] = parsed.price_currency
+    if question is not None and question.price_per_kwh is not None:
+        used["price_per_kwh"] = question.price_per_kwh
+        used["price_currency"] = question.price_currency
     return used

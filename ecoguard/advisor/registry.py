@@ -1,7 +1,7 @@
 """The advisor's protocols as one table, like the rules' ``RULES``: each entry says how to run
 the protocol on a request, how to render its body, and what it needs.
 
-``answers.advise`` and ``answers.answer_for_flags`` (the CLI flags and the MCP tools) run a
+``answers.answer`` (the one assembly path for free text, the CLI flags and the MCP tools) runs a
 protocol through ``PROTOCOLS[name].run``; ``rendering.render`` draws its body through
 ``PROTOCOLS[name].render``. Adding a protocol is one entry here.
 """

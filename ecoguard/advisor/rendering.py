@@ -118,7 +118,7 @@ def _understood(answer: Answer, labels: dict[str, str], markdown: bool) -> list[
         if dep.prompt_tokens is not None and dep.generation_tokens is not None:
             parts.append(labels["f_in_out"].format(p=dep.prompt_tokens, g=dep.generation_tokens))
         if dep.use:
-            why = answer.parsed.use_reason if answer.parsed is not None else None
+            why = answer.question.use_reason if answer.question is not None else None
             use = dep.use + (labels["paren"].format(why.get(answer.language)) if why else "")
             parts.append(f"{labels['f_use']}{colon}{use}")
     if answer.settings_used.get("region"):
@@ -130,7 +130,7 @@ def _understood(answer: Answer, labels: dict[str, str], markdown: bool) -> list[
         out.append(answer.gpu_match.reason.get(answer.language))
     lang = answer.language
     conversions: list[str] = []
-    listed = list(answer.parsed.conversions) if answer.parsed is not None else []
+    listed = list(answer.question.conversions) if answer.question is not None else []
     for c in [*listed, *answer.extra_conversions]:
         if c.field == "gpu":
             conversions.append(c.rule.get(lang))
@@ -221,8 +221,8 @@ def _honesty(answer: Answer, labels: dict[str, str]) -> list[str]:
 
 def _out_of_data(answer: Answer, labels: dict[str, str], lang: str, markdown: bool) -> list[str]:
     out = [list_head(labels["out_of_data"], labels)]
-    if answer.parsed is not None and answer.parsed.out_of_data:
-        out.extend(f"- {o.detail.get(lang)}" for o in answer.parsed.out_of_data)
+    if answer.question is not None and answer.question.out_of_data:
+        out.extend(f"- {o.detail.get(lang)}" for o in answer.question.out_of_data)
     else:
         out.extend(f"- {o['detail']}" for o in answer.result.out_of_data)
     out.append("")

@@ -20,8 +20,9 @@ from ecoguard.knowledge.records import ModelInfo
 from ecoguard.knowledge.tables import resolve_model
 
 # What a request looks like when the deployment does not say (the estimator states these as
-# assumptions): 128 prompt tokens, 256 generated tokens.
-DEFAULT_PROMPT_TOKENS = 128
+# assumptions, the advisor lists them as defaults): 512 prompt tokens (a system prompt plus a
+# user turn), 256 generated tokens. The one home of both; every door reads them from here.
+DEFAULT_PROMPT_TOKENS = 512
 DEFAULT_GENERATION_TOKENS = 256
 # Runtime overhead beyond weights and KV cache: CUDA context, allocator slack and activations.
 VRAM_OVERHEAD_FRACTION = 0.10

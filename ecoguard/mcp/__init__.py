@@ -27,7 +27,7 @@ _LAZY = {
     "TOOLS": "ecoguard.mcp.tools",
     "ToolSpec": "ecoguard.mcp.tools",
     "Argument": "ecoguard.mcp.arguments",
-    "DeploymentArguments": "ecoguard.advisor.flags",
+    "Question": "ecoguard.advisor.question",
     "RESOURCES": "ecoguard.mcp.resources",
     "checked_stdio": "ecoguard.mcp.stdio",
     "check_line": "ecoguard.mcp.stdio",

@@ -17,8 +17,9 @@ from typing import Any
 from mcp.server.mcpserver.exceptions import ToolError
 
 from ecoguard.advisor.answers import advise as advise_question
-from ecoguard.advisor.flags import DeploymentArguments
+from ecoguard.advisor.answers import answer
 from ecoguard.advisor.parse import parse_question
+from ecoguard.advisor.question import Question
 from ecoguard.audit import audit_source
 from ecoguard.config import Settings
 from ecoguard.knowledge import find_rows
@@ -54,6 +55,13 @@ class ToolSpec:
 
 
 # -- the deployment tools ------------------------------------------------------------------------
+# Each makes the same Question the CLI flags and free text make, and asks the one assembly path.
+
+
+def _answer(protocol: str, settings: Settings, facts: dict[str, Any]) -> dict[str, Any]:
+    """The advisor's answer to the tool's facts. A name Question.from_flags does not take is a
+    TypeError: a tool table that gives a deployment tool a foreign argument is a bug."""
+    return answer(Question.from_flags(protocol, **facts), settings).to_dict()
 
 
 def optimize(settings: Settings, **facts: Any) -> dict[str, Any]:
@@ -62,15 +70,14 @@ def optimize(settings: Settings, **facts: Any) -> dict[str, Any]:
     overflow VRAM are ruled out, and the lowest J per 1k tokens wins (near-ties go to
     FP16/BF16). Returns mood, recommendation, current vs optimized figures, findings,
     evidence row ids, tier and sources, and the defaults used for missing facts."""
-    deployment = DeploymentArguments.from_call(facts)
-    return deployment.with_use(deployment.use or "chat").answer("optimize", settings).to_dict()
+    return _answer("optimize", settings, facts)
 
 
 def compare(settings: Settings, **facts: Any) -> dict[str, Any]:
     """Every precision for one model on one GPU, side by side: tokens/s, J per 1k tokens,
     change vs FP16, tokens per J, VRAM, latency, power, $/month, rank and the tier of each
     row. Returns the rows plus findings for the current precision, tier and sources."""
-    return DeploymentArguments.from_call(facts).answer("compare", settings).to_dict()
+    return _answer("compare", settings, facts)
 
 
 def estimate(settings: Settings, **facts: Any) -> dict[str, Any]:
@@ -78,14 +85,14 @@ def estimate(settings: Settings, **facts: Any) -> dict[str, Any]:
     monthly kWh, cost and CO2 for a deployment, with the optimized configuration beside it.
     ``current`` and ``optimized`` are the estimator's figures; each carries its tier
     (measured, reported, derived, extrapolated or none), method and source files."""
-    return DeploymentArguments.from_call(facts).answer("estimate", settings).to_dict()
+    return _answer("estimate", settings, facts)
 
 
 def diagnose(settings: Settings, **facts: Any) -> dict[str, Any]:
     """Observed figures against the reference: per metric observed vs expected, and the
     energy trap that matches with a confidence (high within 20% of the trap's expectation,
     medium within 50%), its fix and evidence rows."""
-    return DeploymentArguments.from_call(facts).answer("diagnose", settings).to_dict()
+    return _answer("diagnose", settings, facts)
 
 
 # -- the other tools -----------------------------------------------------------------------------

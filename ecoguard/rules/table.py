@@ -173,7 +173,7 @@ _ROWS: tuple[RuleRow, ...] = (
             "When weights, KV cache and the runtime's own memory (CUDA context, activations: "
             "10% of the weights + 0.5 GB) do not fit, accelerate offloads layers to CPU memory "
             "and every forward pass moves them over PCIe, or the load fails outright. The need is "
-            "the estimator's vram_gb; unknown lengths count as 128 prompt + 256 new tokens."
+            "the estimator's vram_gb; unknown lengths count as 512 prompt + 256 new tokens."
         ),
         fix='smaller batch or context, a smaller precision, or device_map="auto" over more GPUs',
     ),

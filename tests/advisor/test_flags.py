@@ -1,5 +1,5 @@
-"""The deployment facts given as flags: the advisor CLI and the MCP tools build one
-DeploymentArguments and get the same answer as answer_for_flags with the same facts."""
+"""The facts given as flags: the advisor CLI and the MCP tools make one Question (the record free
+text makes too) and ask the one assembly path, ``answers.answer``."""
 
 from __future__ import annotations
 
@@ -8,18 +8,53 @@ import json
 
 import pytest
 
-from ecoguard.advisor.answers import answer_for_flags
-from ecoguard.advisor.flags import DeploymentArguments
+from ecoguard.advisor.answers import answer
+from ecoguard.advisor.cli import question_from_args
+from ecoguard.advisor.question import Question
 from ecoguard.cli import main
 from ecoguard.config import Settings
+from ecoguard.errors import UsageError
 
 
-def test_from_namespace_takes_the_fields_flags_fill_and_the_ones_named_otherwise() -> None:
-    args = argparse.Namespace(model="7B", gpu="a800", json=True, plain=False, throughput=10.0)
-    facts = DeploymentArguments.from_namespace(args, observed_throughput_tok_s=args.throughput)
-    assert facts == DeploymentArguments(model="7B", gpu="a800", observed_throughput_tok_s=10.0)
-    with pytest.raises(TypeError):
-        DeploymentArguments.from_namespace(args, throughput=10.0)
+def test_the_cli_flags_fill_the_question_under_its_own_names() -> None:
+    args = argparse.Namespace(
+        model="7B", gpu="a800", json=True, plain=False, throughput=10.0, region="", language="en"
+    )
+    question = question_from_args(args, "diagnose")
+    assert question == Question.from_flags(
+        "diagnose", model="7B", gpu="a800", observed_throughput_tok_s=10.0
+    )
+    assert question.region is None  # an empty --region keeps the configured one
+
+
+def test_from_flags_reads_the_facts_as_a_question_in_words_would() -> None:
+    # A volume with no use stated is a service from many users (as "1M requests a month" is).
+    served = Question.from_flags("optimize", model="7B", requests_per_month=1_000_000)
+    assert (served.use, served.serving) == ("api", True)
+    assert Question.from_flags("optimize", model="7B", use="chat").serving is False
+    assert Question.from_flags("optimize", model="7B", use="chat", requests_per_month=5).serving
+    assert Question.from_flags("estimate", model="7B", use="batch", requests_per_month=5).use == (
+        "batch"
+    )
+    priced = Question.from_flags("estimate", model="7B", price_usd_per_kwh=0.2, cny_per_usd=7.2)
+    assert (priced.price_per_kwh, priced.price_currency, priced.currency) == (0.2, "USD", "CNY")
+    assert Question.from_flags("compare", model="7B", precision="4bit").precisions == ("nf4",)
+    assert Question.from_flags("compare", model="7B", region="cn").region == "china"
+
+
+@pytest.mark.parametrize(
+    ("protocol", "facts"),
+    [
+        ("audit", {}),
+        ("optimise", {}),
+        ("optimize", {"region": "mars"}),
+        ("optimize", {"language": "fr"}),
+        ("optimize", {"precision": "fp7"}),
+    ],
+)
+def test_from_flags_refuses_what_no_door_accepts(protocol, facts) -> None:
+    with pytest.raises(UsageError):
+        Question.from_flags(protocol, model="7B", **facts)
 
 
 def test_cli_region_and_every_observed_flag_reach_the_answer(capsys) -> None:
@@ -27,12 +62,15 @@ def test_cli_region_and_every_observed_flag_reach_the_answer(capsys) -> None:
     argv += ["--power", "300", "--energy-per-1k", "9000", "--region", "cn", "--json"]
     assert main(argv) == 0
     cli = json.loads(capsys.readouterr().out)
-    lib = answer_for_flags(
+    flags = Question.from_flags(
         "diagnose",
         model="Mistral-7B",
         gpu="a800",
-        settings=Settings.from_env().with_(region="china"),
-        observed={"throughput_tok_s": 10.0, "power_w": 300.0, "energy_j_per_1k": 9000.0},
+        region="cn",
+        observed_throughput_tok_s=10.0,
+        observed_power_w=300.0,
+        observed_energy_j_per_1k=9000.0,
     )
+    lib = answer(flags, Settings.from_env())
     assert cli == json.loads(json.dumps(lib.to_dict(), default=str))
     assert cli["settings"]["region"] == "china"

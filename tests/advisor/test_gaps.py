@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from ecoguard.advisor import protocols
-from ecoguard.advisor.answers import Answer, advise, answer_for_flags, build_deployment
+from ecoguard.advisor.answers import Answer, advise, answer, build_deployment
+from ecoguard.advisor.question import Question
 from ecoguard.advisor.rendering import render
 from ecoguard.advisor.texts import TRAPS_ZH
 from ecoguard.advisor.uncertainty import quantization_holds
@@ -107,10 +108,10 @@ def test_chinese_answers_translate_trap_texts_and_fixes() -> None:
 
 
 def test_diagnose_gives_verification_steps_and_only_comparable_evidence() -> None:
-    answer = answer_for_flags(
-        "diagnose", model="Mistral-7B", gpu="a800", observed={"throughput_tok_s": 10.0}
+    flags = Question.from_flags(
+        "diagnose", model="Mistral-7B", gpu="a800", observed_throughput_tok_s=10.0
     )
-    text = render(answer, fmt="text", plain=True)
+    text = render(answer(flags), fmt="text", plain=True)
     assert "Verify the fix:" in text and "ecoguard bench --model mistral-7b" in text
     evidence = text.split("int8-mixed: With")[1].split("\n\n")[0]
     # Only the trap's own rows and the FP16 baselines of the same GPU, model and batch size.
@@ -153,12 +154,14 @@ def test_an_unlisted_nvidia_card_says_which_profile_and_why() -> None:
 
 def test_flags_optimize_never_recommends_a_smaller_batch_silently() -> None:
     # issue 22: `optimize --model Mistral-7B --gpu a800 --batch-size 16` recommended BS 1.
-    answer = answer_for_flags("optimize", model="Mistral-7B", gpu="a800", batch_size=16)
-    rec = answer.result.recommendation
+    served = answer(Question.from_flags("optimize", model="Mistral-7B", gpu="a800", batch_size=16))
+    rec = served.result.recommendation
     assert rec["batch_size"] >= 16 and rec["saving_pct"] >= 0
-    assert answer.result.deployment.use == "api"  # no stated use: never a one-user chat
-    chat = answer_for_flags("optimize", model="Mistral-7B", gpu="a800", batch_size=16, use="chat")
-    assert chat.result.recommendation["batch_size"] >= 16
+    assert served.result.deployment.use == "api"  # no stated use: never a one-user chat
+    chat = Question.from_flags(
+        "optimize", model="Mistral-7B", gpu="a800", batch_size=16, use="chat"
+    )
+    assert answer(chat).result.recommendation["batch_size"] >= 16
 
 
 # quantized, unquantized estimate dicts -> holds?
@@ -267,7 +270,7 @@ def test_pasted_code_is_audited_as_text_with_its_line() -> None:
         "model = AutoModelForCausalLM.from_pretrained('x', load_in_8bit=True)"
     )
     answer = advise(question)
-    assert answer.result.protocol == "audit" and answer.parsed.code
+    assert answer.result.protocol == "audit" and answer.question.code
     text = render(answer, fmt="text", plain=True)
     assert "pasted into the question, audited as text (never run)" in text
     assert "line 2: int8-mixed" in text  # the line of the load, counted in the pasted code

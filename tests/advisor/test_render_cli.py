@@ -94,7 +94,9 @@ def test_cli_commands(capsys):
         main(["optimize", "--model", "Qwen2.5-3B", "--gpu", "5090", "--use", "api", "--json"]) == 0
     )
     data = json.loads(capsys.readouterr().out)
-    assert data["recommendation"]["batch_size"] in (1, 4, 8, 16)
+    # The same answer the question in words gets (the batch capped by the requests in flight).
+    text = advise("What is the greenest config for Qwen2.5-3B on an RTX 5090 for an API?")
+    assert data["recommendation"] == json.loads(json.dumps(text.result.recommendation, default=str))
     assert main(["compare", "--model", "Mistral-7B", "--gpu", "a800", "--format", "text"]) == 0
     assert "int8_pure" in capsys.readouterr().out
     assert (
@@ -248,19 +250,17 @@ def test_cli_language_flag_answers_in_chinese(capsys):
 
 
 def test_cli_and_library_flags_share_one_answer(capsys):
-    from ecoguard.advisor.answers import answer_for_flags
+    from ecoguard.advisor.answers import answer
+    from ecoguard.advisor.question import Question
     from ecoguard.config import Settings
 
     argv = ["diagnose", "--model", "Mistral-7B", "--gpu", "a800", "--throughput", "10", "--json"]
     assert main(argv) == 0
     cli = json.loads(capsys.readouterr().out)
-    lib = answer_for_flags(
-        "diagnose",
-        model="Mistral-7B",
-        gpu="a800",
-        settings=Settings.from_env(),
-        observed={"throughput_tok_s": 10.0},
+    flags = Question.from_flags(
+        "diagnose", model="Mistral-7B", gpu="a800", observed_throughput_tok_s=10.0
     )
+    lib = answer(flags, Settings.from_env())
     assert cli == json.loads(json.dumps(lib.to_dict(), default=str))
 
 

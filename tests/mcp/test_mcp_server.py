@@ -127,30 +127,6 @@ def _text(result: Any) -> str:
     return "\n".join(block.text for block in result.content if block.type == "text")
 
 
-def _deployment(**facts: Any) -> Any:
-    from ecoguard.advisor.answers import build_deployment
-
-    dep, _defaults = build_deployment(
-        model=facts.get("model"),
-        gpu=facts.get("gpu"),
-        precision=facts.get("precision"),
-        batch_size=facts.get("batch_size"),
-        prompt_tokens=facts.get("prompt_tokens"),
-        generation_tokens=facts.get("generation_tokens"),
-        use=facts.get("use"),
-        fill_precision=facts.get("fill_precision", True),
-    )
-    return dep
-
-
-def assert_contains_result(structured: dict[str, Any], expected: dict[str, Any]) -> None:
-    """Every key of the library's to_dict() is in the tool's result with the same value (the
-    tool adds the advisor CLI's `defaults`, `honesty` and `settings` around it)."""
-    expected = plain(expected)
-    for key, value in expected.items():
-        assert structured.get(key) == value, f"{key}: {structured.get(key)!r} != {value!r}"
-
-
 # ---------------------------------------------------------------------------------------------
 # Listing
 
@@ -203,19 +179,21 @@ async def test_the_tools_table_is_what_the_server_lists():
 
 
 def test_deployment_tools_take_only_deployment_facts():
-    """The four deployment tools hand every argument to DeploymentArguments; one it has no
-    field for is a TypeError, so the table and the helper cannot drift apart unnoticed."""
-    from ecoguard.advisor.flags import DeploymentArguments
+    """The four deployment tools hand every argument to Question.from_flags (the record the CLI
+    flags and free text make too); one it has no keyword for is a TypeError, so the table and
+    the record cannot drift apart unnoticed."""
+    from ecoguard.advisor.question import Question
     from ecoguard.mcp import tools
 
     deployment_tools = (tools.optimize, tools.compare, tools.estimate, tools.diagnose)
     specs = [spec for spec in tools.TOOLS if spec.function in deployment_tools]
     assert len(specs) == 4
     for spec in specs:
-        facts = DeploymentArguments.from_call({a.name: a.default for a in spec.arguments})
-        assert facts.language == "en" and facts.model is None
+        defaults = {a.name: a.default for a in spec.arguments}
+        question = Question.from_flags(spec.name, **defaults)
+        assert question.language == "en" and question.model is None
     with pytest.raises(TypeError, match="batchsize"):
-        DeploymentArguments.from_call({"model": "7B", "batchsize": 8})
+        Question.from_flags("optimize", model="7B", batchsize=8)
 
 
 async def test_region_schema_names_the_servers_default_region():
@@ -233,34 +211,42 @@ async def test_region_schema_names_the_servers_default_region():
 # Valid calls: the structured result is the library's answer
 
 
-async def test_optimize_matches_library(session, settings):
-    from ecoguard.advisor import optimize
+def _library(tool: str, settings: Settings, **facts: Any) -> dict[str, Any]:
+    """The library's answer to the same facts: the one assembly path every door uses."""
+    from ecoguard.advisor.answers import answer
+    from ecoguard.advisor.question import Question
 
-    out = await call_ok(session, "optimize", {"model": "Qwen2.5-3B", "gpu": "5090", "use": "api"})
-    dep = _deployment(model="Qwen2.5-3B", gpu="5090", use="api")
-    assert_contains_result(out, optimize(dep, use="api", settings=settings).to_dict())
+    return plain(answer(Question.from_flags(tool, **facts), settings).to_dict())
+
+
+async def test_optimize_matches_library(session, settings):
+    args = {"model": "Qwen2.5-3B", "gpu": "5090", "use": "api"}
+    out = await call_ok(session, "optimize", args)
+    assert out == _library("optimize", settings, **args)
     assert out["protocol"] == "optimize"
     assert out["recommendation"]["precision"]
     assert {d["field"] for d in out["defaults"]} >= {"precision", "batch_size"}
     assert out["settings"]["region"] == settings.region
 
 
-async def test_compare_matches_library(session, settings):
-    from ecoguard.advisor import compare
+async def test_optimize_without_a_use_is_served_as_in_every_door(session, settings):
+    """No stated use means a service from many users, in the CLI, the text and this tool alike
+    (the tool used to default to a one-user chat)."""
+    out = await call_ok(session, "optimize", {"model": "Qwen2.5-7B", "gpu": "a800"})
+    assert out["deployment"]["use"] == "api"
+    assert "use" in {d["field"] for d in out["defaults"]}
+    assert out == _library("optimize", settings, model="Qwen2.5-7B", gpu="a800")
 
+
+async def test_compare_matches_library(session, settings):
     args = {"model": "Mistral-7B", "gpu": "a800", "requests_per_month": 250_000}
     out = await call_ok(session, "compare", args)
-    dep = _deployment(model="Mistral-7B", gpu="a800", fill_precision=False)
-    expected = compare(dep, settings=settings, requests_per_month=250_000).to_dict()
-    assert_contains_result(out, expected)
+    assert out == _library("compare", settings, **args)
     assert len(out["rows"]) >= 3
     assert all(row.get("tier") for row in out["rows"])
 
 
 async def test_estimate_matches_library(session, settings):
-    from ecoguard.advisor import estimate
-    from ecoguard.knowledge import region
-
     args = {
         "model": "Qwen2.5-7B",
         "gpu": "a800",
@@ -270,15 +256,7 @@ async def test_estimate_matches_library(session, settings):
         "cny_per_usd": 7.2,
     }
     out = await call_ok(session, "estimate", args)
-    dep = _deployment(model="Qwen2.5-7B", gpu="a800", precision="nf4")
-    expected = estimate(
-        dep,
-        settings=settings.with_(region=region("eu").key),
-        requests_per_month=100_000,
-        currency="CNY",
-        cny_per_usd=7.2,
-    ).to_dict()
-    assert_contains_result(out, expected)
+    assert out == _library("estimate", settings, **args)
     assert out["current"]["tier"] != "none"
     assert out["money"]["current"]["requests"] == 100_000
     assert out["money"]["current"]["cost_cny"] is not None
@@ -286,13 +264,9 @@ async def test_estimate_matches_library(session, settings):
 
 
 async def test_diagnose_matches_library(session, settings):
-    from ecoguard.advisor import diagnose
-
     args = {"model": "Mistral-7B", "gpu": "a800", "observed_throughput_tok_s": 10.0}
     out = await call_ok(session, "diagnose", args)
-    dep = _deployment(model="Mistral-7B", gpu="a800", fill_precision=False)
-    expected = diagnose(dep, observed_throughput_tok_s=10.0, settings=settings).to_dict()
-    assert_contains_result(out, expected)
+    assert out == _library("diagnose", settings, **args)
     assert out["protocol"] == "diagnose"
 
 

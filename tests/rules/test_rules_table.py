@@ -266,7 +266,12 @@ def test_bf16_unsupported(case, deployment, expected):
 KV = ModelSpec(id="m", params_b=7.0, layers=32, kv_heads=8, head_dim=128)
 VRAM_CASES = [
     ("7B fp16 on 12GB", dep(model=KV, precision="fp16", gpu=GpuSpec(vram_gb=12)), True),
-    ("7B fp16 on 16GB, weights only fit", dep(model=KV, precision="fp16", gpu=T4), False),
+    # A short prompt stated (the default 512-token prompt takes this one just past 16 GB).
+    (
+        "7B fp16 on 16GB, weights only fit",
+        dep(model=KV, precision="fp16", gpu=T4, prompt_tokens=128),
+        False,
+    ),
     ("7B nf4 on 16GB", dep(model=KV, precision="nf4", gpu=T4), False),
     ("7B fp16 on 80GB", dep(model=KV, precision="fp16", gpu=A800), False),
     (

@@ -1,0 +1,308 @@
+"""One question's facts: the ``Question`` record every front door makes (free text through
+:func:`Question.from_parsed`, CLI flags and MCP tool arguments through :func:`Question.from_flags`),
+and the defaults for what a question leaves out, chosen here once for every door.
+
+``None`` means "not stated": the answer fills the default below and lists it with how to change
+it (:class:`Default`), so the same question asked through ``ecoguard advise``, ``ecoguard
+optimize --model ...`` or the MCP ``optimize`` tool is answered from the same facts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ecoguard.advisor.conversions import Conversion
+from ecoguard.advisor.coverage import OutOfData
+from ecoguard.advisor.texts import Text
+from ecoguard.deployment import normalize_precision
+from ecoguard.errors import UsageError
+from ecoguard.knowledge import region as grid_region
+from ecoguard.knowledge.memory import DEFAULT_GENERATION_TOKENS, DEFAULT_PROMPT_TOKENS
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_GENERATION_TOKENS",
+    "DEFAULT_GPU",
+    "DEFAULT_PRECISION",
+    "DEFAULT_PROMPT_TOKENS",
+    "FLAG_PROTOCOLS",
+    "Default",
+    "Question",
+]
+
+# The defaults for what a question does not state (each listed in the answer with HOW_TO_STATE).
+# The prompt and generation lengths live with the memory formula in ecoguard.knowledge.memory.
+DEFAULT_GPU = "rtx4090d"
+DEFAULT_PRECISION = "fp16"
+DEFAULT_BATCH_SIZE = 1
+# A question in Chinese is priced on China's grid unless it names a region.
+DEFAULT_REGION_ZH = "china"
+
+# The protocols a flags door (CLI command, MCP tool) asks for; audit has its own doors.
+FLAG_PROTOCOLS = ("optimize", "compare", "estimate", "diagnose")
+
+
+@dataclass(frozen=True, slots=True)
+class Default:
+    """A fact the question did not give, the value used, and how to change it."""
+
+    field: str
+    value: object
+    how: Text
+
+    def to_dict(self) -> dict[str, object]:
+        return {"field": self.field, "value": self.value, "how_to_change": self.how.en}
+
+    @classmethod
+    def of(cls, field: str, value: object) -> Default:
+        return cls(field, value, HOW_TO_STATE[field])
+
+
+# How to state each fact a question left out (the note beside its default).
+HOW_TO_STATE: dict[str, Text] = {
+    "gpu": Text(
+        "name a GPU, e.g. 'on an A800' or --gpu a800",
+        "在问题里写上 GPU，例如“在 A800 上”，或用 --gpu a800",
+    ),
+    "precision": Text(
+        "say e.g. 'NF4', 'INT8', 'load_in_8bit=True' or --precision",
+        "写明精度，例如 NF4、INT8、load_in_8bit=True，或用 --precision",
+    ),
+    "batch_size": Text(
+        "say e.g. 'batch size 8' or --batch-size 8",
+        "写明批大小，例如“批大小 8”，或用 --batch-size 8",
+    ),
+    "prompt_tokens": Text(
+        "say e.g. '1024 tokens in' or --prompt-tokens",
+        "写明输入长度，例如“输入 1024”，或用 --prompt-tokens",
+    ),
+    "generation_tokens": Text(
+        "say e.g. '128 tokens out' or --generation-tokens",
+        "写明输出长度，例如“输出 128”，或用 --generation-tokens",
+    ),
+    "use": Text(
+        "served requests from many users, which can be batched; say 'for chat' (one "
+        "interactive user), 'for an API' or 'a batch job', or --use chat|api|batch",
+        "按多用户在线服务计（可合并批处理）；写明“聊天”（单个交互用户）、“API 服务”或“批处理”，"
+        "或用 --use chat|api|batch",
+    ),
+    "region": Text(
+        "say 'in the US' (or another region) to change it",
+        "在问题里写上地区（如“在美国”）即可更改",
+    ),
+    "requests_per_month": Text(
+        "say e.g. '1M requests a month', '100 requests per second', '10,000 users a day' or "
+        "--requests-per-month",
+        "写明用量，例如“每月 100 万次请求”“每秒 100 次请求”“每天 1 万用户”，或用 --requests-per-month",
+    ),
+}
+
+# Why a flags question with a volume and no stated use is served (the parser's own wording).
+_SERVED_BY_VOLUME = Text("a request volume from many users", "来自众多用户的请求量")
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """What a question said, from any door. ``text`` is the question as written (None from
+    flags or tool arguments); the rest are facts, ``None`` where not stated."""
+
+    protocol: str
+    language: str = "en"  # "en" | "zh"
+    text: str | None = None
+    protocol_reason: str = ""
+    model: str | None = None  # as written: "Qwen2.5-3B", "mistral-7b", "7B"
+    model_size_b: float | None = None
+    gpu: str | None = None
+    gpus: tuple[str, ...] = ()
+    gpu_count: int | None = None  # GPUs the model is spread over ("4x A100", "tp=4", "两张")
+    tensor_parallel: bool = False
+    engine: str | None = None  # serving engine: vllm, tgi, sglang, tensorrt_llm, llamacpp
+    compute_dtype: str | None = None  # "bf16" beside load_in_4bit=True
+    precision: str | None = None  # canonical, the current/asked-about one
+    precisions: tuple[str, ...] = ()  # every precision mentioned, in order
+    batch_size: int | None = None
+    prompt_tokens: int | None = None
+    generation_tokens: int | None = None
+    use: str | None = None
+    requests_per_month: int | None = None
+    total_tokens: int | None = None  # a text volume to generate
+    hours_per_day: float | None = None
+    region: str | None = None
+    currency: str = "USD"
+    cny_per_usd: float | None = None
+    price_per_kwh: float | None = None
+    price_currency: str | None = None
+    int8_threshold: float | None = None
+    double_quant: bool | None = None
+    compiled: bool | None = None
+    compute_dtype: str | None = None  # "bf16" beside load_in_4bit=True: the compute dtype
+    observed_throughput_tok_s: float | None = None
+    observed_power_w: float | None = None
+    observed_energy_j_per_1k: float | None = None
+    paths: tuple[str, ...] = ()
+    code: str | None = None  # Python pasted into the question (audited, never run)
+    concurrency: int | None = None
+    tokens_period: str | None = None
+    serving: bool = False  # requests from many users over time: batching applies
+    use_reason: Text | None = None
+    local: bool = False  # the GPU runs on the user's own machine (PUE 1.0)
+    conversions: tuple[Conversion, ...] = ()
+    out_of_data: tuple[OutOfData, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_parsed(cls, parsed: Any) -> Question:
+        """The facts a free-text parse found (a ``parse.ParsedQuestion``): every field the two
+        records share, by name, so a fact the parser learns to read flows through unchanged."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        shared = {f.name for f in dataclasses.fields(parsed)} & names
+        return cls(**{name: getattr(parsed, name) for name in shared})
+
+    @classmethod
+    def from_flags(
+        cls,
+        protocol: str,
+        *,
+        model: str | None = None,
+        gpu: str | None = None,
+        precision: str | None = None,
+        batch_size: int | None = None,
+        prompt_tokens: int | None = None,
+        generation_tokens: int | None = None,
+        requests_per_month: int | None = None,
+        region: str | None = None,
+        use: str | None = None,
+        language: str = "en",
+        price_usd_per_kwh: float | None = None,
+        cny_per_usd: float | None = None,
+        observed_throughput_tok_s: float | None = None,
+        observed_power_w: float | None = None,
+        observed_energy_j_per_1k: float | None = None,
+    ) -> Question:
+        """The facts named as CLI flags or MCP tool arguments, read as the same facts stated in a
+        question: a volume without a use is a service from many users, an API is served, a
+        chat is served when a volume is given. Unknown protocols and regions are UsageErrors."""
+        if protocol not in FLAG_PROTOCOLS:
+            raise UsageError(f"unknown protocol {protocol!r}; one of: {', '.join(FLAG_PROTOCOLS)}")
+        if language not in ("en", "zh"):
+            raise UsageError(f"unknown language {language!r}; one of: en, zh")
+        canonical = normalize_precision(precision) if precision is not None else None
+        volume = requests_per_month is not None
+        use, serving, why = _use_fact(use, volume)
+        return cls(
+            protocol=protocol,
+            language=language,
+            model=model,
+            gpu=gpu,
+            gpus=(gpu,) if gpu else (),
+            precision=canonical,
+            precisions=(canonical,) if canonical else (),
+            batch_size=batch_size,
+            prompt_tokens=prompt_tokens,
+            generation_tokens=generation_tokens,
+            use=use,
+            requests_per_month=requests_per_month,
+            region=grid_region(region).key if region else None,
+            currency="CNY" if cny_per_usd else "USD",
+            cny_per_usd=cny_per_usd,
+            price_per_kwh=price_usd_per_kwh,
+            price_currency="USD" if price_usd_per_kwh is not None else None,
+            observed_throughput_tok_s=observed_throughput_tok_s,
+            observed_power_w=observed_power_w,
+            observed_energy_j_per_1k=observed_energy_j_per_1k,
+            serving=serving,
+            use_reason=why,
+        )
+
+    @property
+    def has_figures(self) -> bool:
+        """Observed figures were given (diagnose infers the precision from them)."""
+        return any(
+            v is not None
+            for v in (
+                self.observed_throughput_tok_s,
+                self.observed_power_w,
+                self.observed_energy_j_per_1k,
+            )
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        """What a free-text question was understood as (the answer's ``parsed`` section)."""
+        out: dict[str, object] = {
+            "language": self.language,
+            "protocol": self.protocol,
+            "protocol_reason": self.protocol_reason,
+        }
+        for name in _LISTED:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        out["currency"] = self.currency
+        if len(self.precisions) > 1:
+            out["precisions"] = list(self.precisions)
+        if len(self.gpus) > 1:
+            out["gpus"] = list(self.gpus)
+        if self.paths:
+            out["paths"] = list(self.paths)
+        if self.code:
+            out["code"] = self.code
+        out["serving"] = self.serving
+        if self.tensor_parallel:
+            out["tensor_parallel"] = True
+        if self.use_reason is not None:
+            out["use_reason"] = self.use_reason.en
+        if self.local:
+            out["local"] = True
+        out["conversions"] = [c.to_dict() for c in self.conversions]
+        out["out_of_data"] = [o.to_dict() for o in self.out_of_data]
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+# The optional facts ``to_dict`` lists when stated, in this order.
+_LISTED = (
+    "model",
+    "model_size_b",
+    "gpu",
+    "gpu_count",
+    "engine",
+    "precision",
+    "compute_dtype",
+    "batch_size",
+    "prompt_tokens",
+    "generation_tokens",
+    "use",
+    "requests_per_month",
+    "total_tokens",
+    "hours_per_day",
+    "region",
+    "cny_per_usd",
+    "price_per_kwh",
+    "price_currency",
+    "int8_threshold",
+    "double_quant",
+    "compiled",
+    "observed_throughput_tok_s",
+    "observed_power_w",
+    "observed_energy_j_per_1k",
+    "concurrency",
+    "tokens_period",
+)
+
+
+def _use_fact(use: str | None, volume: bool) -> tuple[str | None, bool, Text | None]:
+    """The use, whether it is served, and why, as the parser reads the same facts in words:
+    a batch job is not served; a chat is served when a volume is given; an API, or a volume
+    with no use stated, is served."""
+    if use == "batch":
+        return use, False, None
+    if use == "chat":
+        return use, volume, None
+    if use == "api":
+        return use, True, None
+    if volume:
+        return "api", True, _SERVED_BY_VOLUME
+    return use, False, None
