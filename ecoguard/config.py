@@ -9,7 +9,8 @@ Environment variables (all optional):
 - ``ECOGUARD_SIMULATED_GPU``: GPU profile for the simulated backend (default ``a800``).
 - ``ECOGUARD_SAMPLE_HZ``: sampler rate in Hz (default 10).
 - ``ECOGUARD_MEASURE``: ``1``/``0``, measure energy of generate calls (default 1).
-- ``ECOGUARD_LEDGER``: SQLite ledger path; ``off`` disables it. Default in the user data dir.
+- ``ECOGUARD_LEDGER``: SQLite ledger path; ``off`` (or set but empty) disables it. Default in
+  the user data dir.
 - ``ECOGUARD_METRICS_PORT`` / ``ECOGUARD_METRICS_ADDR``: serve /metrics (default off; addr
   127.0.0.1; every interface only when written ``0.0.0.0`` or ``::``, never a shorthand such as
   ``0``). ``ECOGUARD_METRICS_MAX_CONNECTIONS``: connections served at once (default 64, 1-4096).
@@ -216,6 +217,10 @@ class Settings:
             values["measure"] = _flag("ECOGUARD_MEASURE", v)
         if (v := get("LEDGER")) is not None:
             values["ledger_path"] = None if v.lower() in ("off", "none", "0") else Path(v)
+        elif "ECOGUARD_LEDGER" in env:
+            # Set but empty (``ECOGUARD_LEDGER= app``): no path given is no ledger, as the
+            # ``ledger_path=""`` argument reads; never the default file the user did not name.
+            values["ledger_path"] = None
         if (v := get("METRICS_PORT")) is not None:
             values["metrics_port"] = _number("ECOGUARD_METRICS_PORT", v, int)
         if (v := get("METRICS_ADDR")) is not None:
