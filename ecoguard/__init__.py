@@ -12,7 +12,13 @@ import logging
 from ecoguard._lazy import lazy_exports
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec, SoftwareVersions
-from ecoguard.errors import EcoguardError, EnergyTrapError, EnergyTrapWarning, UsageError
+from ecoguard.errors import (
+    EcoguardError,
+    EnergyTrapError,
+    EnergyTrapWarning,
+    UnmeasuredWarning,
+    UsageError,
+)
 from ecoguard.events import on_finding, on_record
 from ecoguard.findings import Finding, Mood
 
@@ -48,6 +54,7 @@ __all__ = [
     "QuantSpec",
     "Settings",
     "SoftwareVersions",
+    "UnmeasuredWarning",
     "UsageError",
     "__version__",
     "on_finding",

@@ -43,6 +43,11 @@ class EnergyTrapWarning(UserWarning):
     """Issued in ``warn`` mode; a UserWarning so ``warnings`` filters and ``-W`` flags work."""
 
 
+class UnmeasuredWarning(UserWarning):
+    """Issued by ``ecoguard.measure`` where no GPU energy can be read (no driver, null backend):
+    its tokens are counted, its energy is None."""
+
+
 class BackendError(EcoguardError):
     """A power/energy backend (NVML, simulated) failed; mapped from vendor errors."""
 

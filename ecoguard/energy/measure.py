@@ -12,7 +12,7 @@ starts the ledger its records go to as well).
 Without a GPU to read (no NVIDIA driver, ``ECOGUARD_BACKEND=null``) the block still counts the
 tokens of the generate calls inside it, ``m.energy_j`` and ``m.joules_per_token`` stay None,
 ``m.tier`` is ``unmeasured``, ``m.unmeasured_reason`` says why, and entering the block warns once
-per place in the code (a :class:`UnmeasuredWarning` naming ``ECOGUARD_BACKEND=simulated``). No
+per place in the code (an ``ecoguard.UnmeasuredWarning`` naming ``ECOGUARD_BACKEND=simulated``). No
 :class:`GenerationRecord` is made for those calls, so ``on_record`` callbacks, the ledger and the
 metrics see none: a record is a measurement, and a call with tokens but no joules would pull every
 J/token figure built from records (ledger totals, Prometheus rates) towards zero.
@@ -37,12 +37,9 @@ from ecoguard.energy.meter import (
     get_meter,
     start_meter,
 )
+from ecoguard.errors import UnmeasuredWarning
 
 UNMEASURED = "unmeasured"
-
-
-class UnmeasuredWarning(UserWarning):
-    """A ``measure`` block that cannot measure energy here (no GPU to read)."""
 
 
 class Measurement:

@@ -10,10 +10,10 @@ import warnings
 import pytest
 
 import ecoguard
+from ecoguard import UnmeasuredWarning
 from ecoguard.config import Settings
 from ecoguard.energy import PROCESS_METER, get_meter, stop_meter
 from ecoguard.energy.backends import NvmlBackend, measurement_status
-from ecoguard.energy.measure import UnmeasuredWarning
 from ecoguard.errors import BackendError
 from ecoguard.export import ledger as ledger_mod
 from ecoguard.guard.install import install, uninstall
