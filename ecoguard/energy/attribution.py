@@ -23,6 +23,7 @@ call is open.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
@@ -189,6 +190,10 @@ class GpuTrack:
         self.needs_calibration = backend.counter_quantised
         self.samples: deque[Reading] = deque(maxlen=SAMPLE_RING)
         self._idle_powers: deque[float] = deque(maxlen=IDLE_RING)
+        # The same powers kept sorted, and their median: updated per idle read (a bisect), so a
+        # call's record reads ``idle_w`` as one attribute instead of sorting 600 floats.
+        self._idle_sorted: list[float] = []
+        self._idle_median_w: float | None = None
         self.stale = False
         self.retry_at = 0.0
         self.backoff_s = 0.0
@@ -281,11 +286,27 @@ class GpuTrack:
                 self._first_energy_j = energy_j
             self.samples.append(reading)
             if not self._open:
-                self._idle_powers.append(power_w)
+                self._note_idle(power_w)
             if self.stale:
                 self.stale = False
                 self.backoff_s = 0.0
             return reading
+
+    def _note_idle(self, power_w: float) -> None:
+        """Keep an idle read's power (under ``lock``) and the median of the last IDLE_RING."""
+        powers, ordered = self._idle_powers, self._idle_sorted
+        if len(powers) == powers.maxlen:
+            del ordered[bisect.bisect_left(ordered, powers[0])]
+        powers.append(power_w)
+        bisect.insort(ordered, power_w)
+        count = len(ordered)
+        if count < 3:
+            return
+        middle = count // 2
+        # statistics.median's own arithmetic, so the figure is the same to the last bit.
+        self._idle_median_w = (
+            ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        )
 
     def _integrate(self, last: Reading | None, t: float, power_w: float) -> float:
         if last is None:
@@ -559,5 +580,4 @@ class GpuTrack:
     @property
     def idle_w(self) -> float | None:
         """Median power of reads taken while no call was open (W); None before three."""
-        powers = list(self._idle_powers)
-        return statistics.median(powers) if len(powers) >= 3 else None
+        return self._idle_median_w

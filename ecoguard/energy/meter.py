@@ -26,15 +26,15 @@ from typing import Any
 
 from ecoguard import events
 from ecoguard.config import Settings
-from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
+from ecoguard.deployment import Deployment
 from ecoguard.energy import fork
 from ecoguard.energy.attribution import GpuTrack, Reading
 from ecoguard.energy.backends import DeviceInfo, PowerBackend, choose_backend
+from ecoguard.energy.reference import ReferenceCache
 from ecoguard.energy.sampler import Sampler
 from ecoguard.errors import UsageError
 from ecoguard.faults import fault_counts, record_fault
 from ecoguard.forking import register_fork_hooks
-from ecoguard.knowledge import estimator as knowledge_estimator
 from ecoguard.knowledge import region, resolve_gpu
 
 _log = logging.getLogger("ecoguard.energy")
@@ -46,7 +46,11 @@ Clock = Callable[[], float]
 
 @dataclass(frozen=True, slots=True)
 class CallInfo:
-    """What the guard knows about one generate call when it starts."""
+    """What the guard knows about one generate call when it starts.
+
+    ``deployment``, when given, is the model's configuration for the reference J/token; this
+    call's ``batch_size`` and ``prompt_tokens``, where set, override its own, so a caller passes
+    the one deployment object of its model rather than a copy per call."""
 
     model_name: str | None = None
     precision: str | None = None
@@ -229,8 +233,9 @@ class Meter:
         )
         self.pricing = _Pricing(self.settings)
         self._keys = itertools.count(1)
-        self._reference_cache: dict[Any, tuple[float | None, str]] = {}
-        self._reference_lock = threading.Lock()
+        self._reference_cache = ReferenceCache(self.settings)
+        # Devices -> their names, indices and UUIDs (fixed once the meter is built).
+        self._gpu_names: dict[tuple[int, ...], tuple[tuple[Any, ...], ...]] = {}
         self.records_published = 0
         self._started = False
 
@@ -251,7 +256,7 @@ class Meter:
             rearm_backend()
         for track in self.tracks:
             track.rearm_in_child()
-        self._reference_lock = threading.Lock()
+        self._reference_cache.rearm_in_child()
         self.records_published = 0
         self.sampler.rearm_in_child()
 
@@ -360,12 +365,24 @@ class Meter:
         batch_size: int | None = None,
     ) -> GenerationRecord:
         info = window.info
-        tracks = [self.tracks[i] for i in window.started_on]
-        idle = [t.idle_w for t in tracks]
-        starts = dict(zip(window.started_on, window.start_methods, strict=False))
-        methods = sorted({_call_method(starts.get(t.index), t.method) for t in tracks})
+        started = window.started_on
+        tracks = [self.tracks[i] for i in started]
+        idle_power_w = None
+        methods = set()
+        for track, start_method in zip(tracks, window.start_methods, strict=False):
+            methods.add(_call_method(start_method, track.method))
+            idle_w = track.idle_w
+            if idle_w is not None:
+                idle_power_w = idle_w if idle_power_w is None else idle_power_w + idle_w
+        names = self._gpu_names.get(started)
+        if names is None:
+            names = self._gpu_names[started] = (
+                tuple(t.info.name for t in tracks),
+                tuple(t.index for t in tracks),
+                tuple(t.info.uuid for t in tracks),
+            )
         tokens = max(0, int(tokens))
-        reference, reference_tier = self._reference(info, tracks)
+        reference, reference_tier = self._reference_cache.lookup(info, started, tracks)
         return GenerationRecord(
             start_monotonic=window.start_monotonic,
             end_monotonic=end_monotonic,
@@ -378,8 +395,8 @@ class Meter:
             prompt_tokens=info.prompt_tokens,
             model_name=info.model_name,
             precision=info.precision,
-            gpu_names=tuple(t.info.name for t in tracks),
-            gpu_indices=tuple(t.index for t in tracks),
+            gpu_names=names[0],
+            gpu_indices=names[1],
             tier=self.tier,
             cost_usd=self.pricing.cost_usd(energy_j),
             co2_g=self.pricing.co2_g(energy_j),
@@ -387,67 +404,12 @@ class Meter:
             reference_j_per_token=reference,
             reference_tier=reference_tier,
             label=info.label if info.label is not None else _measure_label(),
-            gpu_uuids=tuple(t.info.uuid for t in tracks),
-            method="+".join(methods),
-            idle_power_w=sum(i for i in idle if i is not None)
-            if any(i is not None for i in idle)
-            else None,
+            gpu_uuids=names[2],
+            method="+".join(sorted(methods)),
+            idle_power_w=idle_power_w,
             complete=complete,
             error=type(error).__name__ if error is not None else None,
         )
-
-    def _reference(self, info: CallInfo, tracks: list[GpuTrack]) -> tuple[float | None, str]:
-        """Reference J/token for this configuration from the estimator, cached per config."""
-        profile = tracks[0].profile_key if tracks else None
-        gpu_name = tracks[0].info.name if tracks else None
-        deployment = info.deployment
-        if deployment is None:
-            deployment = Deployment(
-                model=ModelSpec(id=info.model_name),
-                gpu=GpuSpec(profile=profile, name=gpu_name, count=max(1, len(tracks))),
-                precision=info.precision,
-                batch_size=info.batch_size,
-                prompt_tokens=info.prompt_tokens,
-                generation_tokens=info.max_new_tokens,
-            )
-        elif deployment.gpu.profile is None and profile is not None:
-            deployment = deployment.with_(
-                gpu=GpuSpec(profile=profile, name=gpu_name, count=max(1, len(tracks)))
-            )
-        # The reference is a per-configuration figure; an exact prompt length per call would
-        # make every call a cache miss and run the estimator on the user's thread. Round it up
-        # to a power of two (the estimator matches rows by length, not token by token).
-        if deployment.prompt_tokens:
-            deployment = deployment.with_(
-                prompt_tokens=_length_bucket(deployment.prompt_tokens),
-                consecutive_bs1_calls=None,
-                interactive=None,
-            )
-        key: Any = deployment
-        try:
-            hash(key)
-        except TypeError:
-            key = repr(deployment)
-        with self._reference_lock:
-            cached = self._reference_cache.get(key)
-        if cached is not None:
-            return cached
-        result: tuple[float | None, str] = (None, "none")
-        try:
-            # Imported with this module, never here: a first import on a generating thread
-            # holds the module's import lock, and a fork at that moment left the child waiting
-            # on it forever (forked workers hung in their first record).
-            est = knowledge_estimator.estimate(deployment, settings=self.settings)
-            per_1k = est.energy_per_1k_tokens_j
-            if per_1k is not None and est.tier != "none":
-                result = (per_1k / 1000.0, est.tier)
-        except Exception as exc:
-            record_fault("meter.reference", exc)
-        with self._reference_lock:
-            if len(self._reference_cache) > 1024:
-                self._reference_cache.clear()  # bounded: configurations are few in practice
-            self._reference_cache[key] = result
-        return result
 
     # ----------------------------------------------------------------- reading
 
@@ -587,8 +549,3 @@ def stop_meter() -> None:
         PROCESS_METER.hold(None)
     if meter is not None:
         meter.stop()
-
-
-def _length_bucket(tokens: int) -> int:
-    """``tokens`` rounded up to a power of two (at least 16): few cache keys, same rows."""
-    return max(16, 1 << (max(1, int(tokens)) - 1).bit_length())

@@ -275,6 +275,7 @@ class StepAttributor:
         self._pending = _Pending()
         self._lock = threading.Lock()
         self.records = 0
+        self._infos: dict[int, tuple[Any, Any]] = {}  # batch -> (call_info, it with that batch)
 
     def step(self, *, tokens: int, finished: int, running: int | None, waiting: int | None) -> Any:
         """One engine step: ``tokens`` generated and ``finished`` requests completed in it;
@@ -306,13 +307,17 @@ class StepAttributor:
 
     def _begin(self, running: int | None) -> Any:
         """Open a window whose reference J/token is for the batch running now (the batch the
-        next step will most likely run; the record's batch is the one reported at its end)."""
+        next step will most likely run; the record's batch is the one reported at its end).
+        The meter applies a CallInfo's batch to its deployment; one CallInfo per batch size is
+        made once and reused, so a step copies nothing."""
         info = self.call_info
-        deployment = getattr(info, "deployment", None)
-        if running and is_dataclass(info) and deployment is not None:
-            info = replace(
-                info, batch_size=running, deployment=deployment.with_(batch_size=running)
-            )
+        if running and is_dataclass(info) and getattr(info, "deployment", None) is not None:
+            made = self._infos.get(running)
+            if made is None or made[0] is not info:  # (a call_info set anew is copied anew)
+                if len(self._infos) >= 1024:
+                    self._infos.clear()
+                made = self._infos[running] = (info, replace(info, batch_size=running))
+            info = made[1]
         return self.meter.begin(devices=self.devices, info=info)
 
     def close(self) -> Any:

@@ -458,9 +458,7 @@ def _measured_call(
     window = facts = None
     try:
         facts = extract.facts_from_generate(instance, args, kwargs)
-        deployment = state.deployment.with_(
-            batch_size=facts.batch_size, prompt_tokens=facts.prompt_tokens
-        )
+        deployment = state.deployment  # the meter applies this call's batch and prompt to it
         info = runtime.call_info(
             model_name=state.model_name,
             precision=deployment.precision,

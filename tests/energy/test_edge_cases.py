@@ -218,3 +218,39 @@ def test_every_gpu_is_read_before_the_first_calibration():
     assert seen == [(i, 16) for i in range(16)]
     reads = [t.reads for t in meter.tracks]
     assert reads == [16] * 16  # one pass first, one between each two calibrations
+
+
+class NoisyIdle(Backend):
+    """Instant power from a seeded random sequence, with repeats (ties in the median)."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock)
+        import random
+
+        self.random = random.Random(7)
+
+    def power_w(self, index):
+        return float(self.random.choice([55.0, 60.5, 61.25, 70.0])) + self.random.random()
+
+
+def test_idle_power_is_the_median_of_the_idle_ring_through_its_wrap():
+    import statistics
+
+    from ecoguard.energy.attribution import IDLE_RING
+
+    clock = FakeClock()
+    meter = _meter(NoisyIdle(clock), clock)
+    track = meter.tracks[0]
+    seen = []
+    for read in range(IDLE_RING + 250):
+        clock.advance(0.01)
+        seen.append(track.read().power_w)
+        expected = statistics.median(seen[-IDLE_RING:]) if len(seen) >= 3 else None
+        assert track.idle_w == expected, read
+    window = meter.begin(devices=(0,), info=CallInfo())
+    seen.append(track.last.power_w)  # the opening read: no call was open yet, so idle
+    clock.advance(0.01)
+    track.read()  # a read while the call is open is not idle: the median stays
+    record = meter.end(window, tokens=1, requests=1)
+    assert track.idle_w == statistics.median(seen[-IDLE_RING:])
+    assert record.idle_power_w == track.idle_w

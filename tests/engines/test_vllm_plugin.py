@@ -198,6 +198,7 @@ def test_each_step_closes_a_window_with_its_tokens_and_batch():
 def test_each_window_asks_the_reference_for_the_running_batch():
     from ecoguard.deployment import Deployment
     from ecoguard.energy import CallInfo
+    from ecoguard.energy.reference import configuration
 
     meter = FakeMeter()
     info = CallInfo(model_name="m", deployment=Deployment(precision="bf16"))
@@ -205,11 +206,12 @@ def test_each_window_asks_the_reference_for_the_running_batch():
     _step(attributor, 1, running=1)
     _step(attributor, 4, running=4)
     _step(attributor, 2, running=2)
-    assert [(i.batch_size, i.deployment.batch_size) for i in meter.infos] == [
+    assert [(i.batch_size, configuration(i, []).batch_size) for i in meter.infos] == [
         (1, 1),
         (4, 4),
         (2, 2),
     ]
+    assert all(i.deployment is info.deployment for i in meter.infos)  # no copy per step
     assert info.batch_size is None  # the base info is left alone
 
 

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from ecoguard.energy.reference import configuration  # noqa: E402
 from ecoguard.errors import EnergyTrapWarning  # noqa: E402
 from ecoguard.faults import fault_counts  # noqa: E402
 from ecoguard.guard import wrappers  # noqa: E402
@@ -46,7 +47,11 @@ def test_meter_hook_counts_tokens_once(tiny_llama_dir, fake_meter):
     assert len(meter.begins) == len(meter.ends) == 1
     info = meter.begins[0]["info"]
     assert (info.batch_size, info.max_new_tokens, info.prompt_tokens) == (2, 6, 3)
-    assert info.model_name and info.deployment.batch_size == 2
+    # The model's one deployment object, not a copy per call: the meter applies the call's
+    # batch and prompt to it for the reference J/token.
+    assert info.model_name and info.deployment is wrappers.RUNTIME.models[model].deployment
+    reference_config = configuration(info, [])
+    assert (reference_config.batch_size, reference_config.prompt_tokens) == (2, 16)
     assert meter.begins[0]["devices"] is None  # CPU: the meter picks
     expected = count_generated(out, prompt_length=4, eos_token_id=2, pad_token_id=0)
     assert meter.ends[0]["tokens"] == expected and meter.ends[0]["requests"] == 2
