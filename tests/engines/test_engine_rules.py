@@ -205,22 +205,22 @@ def test_engine_rule_file_names_every_engine_counter():
         assert counter in text
 
 
-def _render_dashboard():
+def _dashboard_panels():
     import sys
 
     if str(REPO / "tools") not in sys.path:
         sys.path.insert(0, str(REPO / "tools"))
-    import render_dashboard
+    import dashboard_panels
 
-    return render_dashboard
+    return dashboard_panels
 
 
 def test_dashboard_engine_row_is_what_the_script_writes():
-    render = _render_dashboard()
+    render = _dashboard_panels()
     path = REPO / "grafana" / "dashboards" / "ecoguard-energy.json"
     text = path.read_text()
     assert render.dashboard_text(render.with_engine_panels(json.loads(text))) == text, (
-        "the engine row differs from tools/render_dashboard.py: run it with --write-engine-panels"
+        "the engine row differs from tools/dashboard_panels.py: run it with --write"
     )
     panels = json.loads(text)["panels"]
     ids = [p["id"] for p in panels]

@@ -1,4 +1,4 @@
-"""The dashboard's fleet row: written by tools/render_dashboard.py (never by hand), reading only
+"""The dashboard's fleet row: written by tools/dashboard_panels.py (never by hand), reading only
 series the fleet rules record, and showing data for the three-node DCGM fleet of
 test_fleet_rules.py."""
 
@@ -15,7 +15,7 @@ yaml = pytest.importorskip("yaml")
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
-import render_dashboard  # noqa: E402
+import dashboard_panels  # noqa: E402
 from test_fleet_rules import _dcgm_fleet, _promtool  # noqa: E402
 
 DASHBOARD = REPO / "grafana" / "dashboards" / "ecoguard-energy.json"
@@ -26,7 +26,7 @@ def _fleet_targets(dashboard: dict) -> list[tuple[str, str]]:
     return [
         (panel["title"], target["expr"])
         for panel in dashboard["panels"]
-        if panel["id"] in render_dashboard.FLEET_PANEL_IDS
+        if panel["id"] in dashboard_panels.FLEET_PANEL_IDS
         for target in panel.get("targets", [])
     ]
 
@@ -34,12 +34,12 @@ def _fleet_targets(dashboard: dict) -> list[tuple[str, str]]:
 def test_fleet_row_in_the_json_is_what_the_script_writes():
     text = DASHBOARD.read_text()
     dashboard = json.loads(text)
-    assert render_dashboard.dashboard_text(render_dashboard.with_fleet_panels(dashboard)) == text, (
-        "the fleet row differs from tools/render_dashboard.py: run it with --write-fleet-panels"
+    assert dashboard_panels.dashboard_text(dashboard_panels.with_fleet_panels(dashboard)) == text, (
+        "the fleet row differs from tools/dashboard_panels.py: run it with --write"
     )
     # Below every other row, with ids no other panel uses.
-    fleet = [p for p in dashboard["panels"] if p["id"] in render_dashboard.FLEET_PANEL_IDS]
-    others = [p for p in dashboard["panels"] if p["id"] not in render_dashboard.FLEET_PANEL_IDS]
+    fleet = [p for p in dashboard["panels"] if p["id"] in dashboard_panels.FLEET_PANEL_IDS]
+    others = [p for p in dashboard["panels"] if p["id"] not in dashboard_panels.FLEET_PANEL_IDS]
     assert fleet[0]["type"] == "row"
     assert min(p["gridPos"]["y"] for p in fleet) >= max(
         p["gridPos"]["y"] + p["gridPos"]["h"] for p in others
@@ -54,10 +54,10 @@ def test_writing_twice_changes_nothing_and_keeps_the_other_rows(tmp_path):
     original = json.loads(DASHBOARD.read_text())
     # A stale fleet row (one panel lost) and the other rows as they are.
     stale = {**original, "panels": original["panels"][:-1]}
-    copy.write_text(render_dashboard.dashboard_text(stale))
-    assert render_dashboard.write_fleet_panels(copy) is True
+    copy.write_text(dashboard_panels.dashboard_text(stale))
+    assert dashboard_panels.write_fleet_panels(copy) is True
     assert copy.read_text() == DASHBOARD.read_text()
-    assert render_dashboard.write_fleet_panels(copy) is False
+    assert dashboard_panels.write_fleet_panels(copy) is False
 
 
 def test_fleet_panels_read_only_recorded_fleet_series():
