@@ -6,19 +6,24 @@ comprehension, a ``while`` or a web route, or a pipeline run over a collection a
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 
 from ecoguard.audit.index import ModuleIndex
 from ecoguard.audit.loops import Loops, PerItem
-from ecoguard.audit.site import Site
+from ecoguard.audit.site import Site, user_code
 from ecoguard.deployment import Deployment, GpuSpec
 
 # The runtime fix (the guard's batcher) cannot help a loop that sends one call after another.
 _BS1_TAIL = "so every token pays for a full pass over the weights that a batch would share."
+# The fix in the file's own names; a marked <slot> where the file does not show one.
 _BATCH_FIX = (
-    "for i in range(0, len(prompts), 16): model.generate(**tokenizer(prompts[i : i + 16], "
+    "for i in range(0, len({data}), 16): {model}.generate(**{tokenizer}({data}[i : i + 16], "
     'return_tensors="pt", padding=True))  # 16 prompts per call; left padding for decoder-only'
 )
+_TOKENIZER = re.compile(r"Tokenizer|Processor")
+# Calls whose first argument is the data a loop walks (``enumerate(prompts)``).
+_WRAPPERS = frozenset({"enumerate", "list", "tuple", "sorted", "reversed", "iter", "tqdm"})
 _WHILE_FIX = (
     "collect the waiting requests (up to 16) into one generate call, or serve with an engine "
     "that batches continuously (vLLM, TGI, SGLang)"
@@ -47,6 +52,7 @@ class BatchSizeOneSites:
         self.line_label = line_label
         self.sites = sites
         self.load_sites = load_sites
+        self._tokenizer: str | None = None
 
     def generate(self, call: ast.Call) -> None:
         """``model.generate(...)`` once per item."""
@@ -58,8 +64,63 @@ class BatchSizeOneSites:
             f"{where} is called {per_item_text(per_item, self.line_label)}, one prompt per "
             f"call, {_BS1_TAIL}"
         )
-        fix = _WHILE_FIX if per_item.kind in ("while", "handler") else _BATCH_FIX
+        if per_item.kind in ("while", "handler"):
+            fix = _WHILE_FIX
+        else:
+            fix = _BATCH_FIX.format(
+                data=self._data_code(per_item),
+                model=user_code(call.func.value, "model")  # type: ignore[attr-defined]
+                if isinstance(call.func, ast.Attribute)
+                else "model",
+                tokenizer=self._tokenizer_code(call),
+            )
         self._site("generate", call, per_item, message, fix)
+
+    def _data_code(self, per_item: PerItem) -> str:
+        """The data the loop walks, as the file names it (``questions``, ``df["text"]``)."""
+        loop = per_item.node
+        if isinstance(loop, ast.For | ast.AsyncFor):
+            data = loop.iter
+        elif isinstance(loop, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            data = loop.generators[0].iter
+        elif per_item.kind in ("map", "apply") and isinstance(loop, ast.Call):
+            data = loop.args[1] if per_item.kind == "map" else loop.func.value  # type: ignore[attr-defined]
+        else:
+            return "<prompts>"
+        while isinstance(data, ast.Call) and self.index.callee(data) in _WRAPPERS and data.args:
+            data = data.args[0]
+        if isinstance(data, ast.Name | ast.Attribute | ast.Subscript):
+            return user_code(data, "<prompts>")
+        return "<prompts>"
+
+    def _tokenizer_code(self, call: ast.Call) -> str:
+        """The tokenizer the call's inputs come from (``**tok(q, ...)``, or ``**inputs`` with
+        ``inputs = tok(q, ...)``), else the marked slot ``<tokenizer>``."""
+        for value in (*call.args, *(k.value for k in call.keywords)):
+            resolved = self.index.resolve(value)
+            node = resolved.expr if resolved is not None else value
+            if isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute) and func.attr in ("to", "cuda"):
+                    func = func.value.func if isinstance(func.value, ast.Call) else func
+                if isinstance(func, ast.Name):
+                    return func.id
+        return self._module_tokenizer()
+
+    def _module_tokenizer(self) -> str:
+        """The one name the module binds to ``...Tokenizer.from_pretrained(...)`` (or a
+        processor), once per module; the marked slot ``<tokenizer>`` when none or several."""
+        if self._tokenizer is None:
+            names = {
+                name
+                for (_, name), entries in self.index.assigns.items()
+                for _, value in entries
+                if isinstance(value, ast.Call)
+                and self.index.callee(value) == "from_pretrained"
+                and _TOKENIZER.search(self.index.qualified_name(value.func) or "")
+            }
+            self._tokenizer = names.pop() if len(names) == 1 else "<tokenizer>"
+        return self._tokenizer
 
     def pipeline_call(self, call: ast.Call, construction: ast.Call) -> None:
         """A pipeline object called: once per item of a loop, or over a collection of inputs

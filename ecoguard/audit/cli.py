@@ -18,17 +18,26 @@ from ecoguard.findings import Mood
 
 FORMATS = ("text", "json", "sarif")
 SEVERITIES = ("yellow", "orange", "red")
+# The whole run's limit by default, in seconds: every reader is linear in its input (about
+# 1 s per 150 KB of Python; see RELIABILITY.md), so only a very large tree or a defect gets
+# near it; a hang can no longer hold a CI job or a pre-commit hook for good.
+DEFAULT_TIME_LIMIT_S = 300.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "audit",
-        help="find energy traps in Python files and notebooks, with file and line",
+        help=(
+            "find energy traps in Python files, notebooks and engine launch files (shell, "
+            "Dockerfile, compose, Kubernetes YAML), with file and line"
+        ),
         description=(
-            "Read Python files and Jupyter notebooks (never importing or running them) and "
-            "report every energy trap the runtime guard would catch, with file, line, fix and "
-            "estimated impact. Exit 0 clean, 1 findings at or above --severity, 2 usage error "
-            "or a file that could not be audited."
+            "Read Python files, Jupyter notebooks and serving-engine launch files (shell "
+            "scripts, Dockerfiles, docker-compose and Kubernetes YAML), never importing or "
+            "running them, and report every energy trap the runtime guard would catch, with "
+            "file, line, fix and estimated impact. Exit 0 clean, 1 findings at or above "
+            "--severity, 2 usage error, a file that could not be audited, or the time limit "
+            "reached (the findings made before it are still reported)."
         ),
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
@@ -61,11 +70,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--output", "-o", default=None, metavar="FILE", help="write the report to FILE"
     )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULT_TIME_LIMIT_S,
+        metavar="SECONDS",
+        help=(
+            f"stop the whole audit after SECONDS (default {DEFAULT_TIME_LIMIT_S:g}; 0: no "
+            "limit); what was found before is reported, and the exit code is 2"
+        ),
+    )
     parser.set_defaults(func=run_audit)
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    result = audit_paths(args.paths, gpu=args.gpu, exclude=args.exclude)
+    if args.time_limit < 0:
+        raise UsageError(
+            f"--time-limit must be 0 (no limit) or a number of seconds, got {args.time_limit:g}"
+        )
+    result = audit_paths(
+        args.paths,
+        gpu=args.gpu,
+        exclude=args.exclude,
+        time_limit_s=args.time_limit or None,
+    )
     fmt = "json" if args.json else args.format
     if fmt == "json":
         report = render_json(result)

@@ -20,10 +20,11 @@ from ecoguard.audit.launch import audit_launch_text, is_launch_file
 from ecoguard.audit.moe import moe_total_b
 from ecoguard.audit.result import AuditNote, AuditResult, FileProblem
 from ecoguard.audit.site import RawNote, Site
-from ecoguard.audit.sources import Text, discover, read_source
+from ecoguard.audit.sources import SourceFile, Text, discover, read_source
 from ecoguard.deployment import GpuSpec, ModelSpec
 from ecoguard.engines.engine_args import resolve_model_spec
 from ecoguard.errors import UsageError
+from ecoguard.faults import record_fault
 from ecoguard.findings import RULE_IDS, Finding, Location
 from ecoguard.knowledge import resolve_gpu
 from ecoguard.rules import BS1_SUSTAINED_CALLS, evaluate
@@ -52,10 +53,13 @@ def audit_source(
     is reported in the result, not raised. ``time_limit_s`` bounds the analysis (checked
     between call sites): past it, AuditTimeLimitError. A server auditing text from others
     sets it; the audit is linear in the size of the source, so it is a backstop."""
-    return _audit_text(Text(text), filename, _gpu_spec(gpu), _time_check(time_limit_s))
+    advice = "send a smaller module, or run `ecoguard audit PATH` locally (`--time-limit 0`: none)"
+    return _audit_text(Text(text), filename, _gpu_spec(gpu), _time_check(time_limit_s, advice))
 
 
-def _time_check(limit_s: float | None) -> Callable[[], None] | None:
+def _time_check(limit_s: float | None, advice: str) -> Callable[[], None] | None:
+    """A check that raises AuditTimeLimitError once ``limit_s`` seconds have passed since it
+    was made (None: no limit). The one deadline mechanism of the MCP tool and the CLI."""
     if limit_s is None:
         return None
     end = time.monotonic() + limit_s
@@ -63,8 +67,7 @@ def _time_check(limit_s: float | None) -> Callable[[], None] | None:
     def check() -> None:
         if time.monotonic() > end:
             raise AuditTimeLimitError(
-                f"the audit ran past its {limit_s:g} s limit and was stopped; send a smaller "
-                "module, or run `ecoguard audit PATH` locally (no limit there)"
+                f"the audit ran past its {limit_s:g} s limit and was stopped; {advice}"
             )
 
     return check
@@ -75,25 +78,34 @@ def audit_paths(
     *,
     gpu: str | None = None,
     exclude: Iterable[str] = (),
+    time_limit_s: float | None = None,
 ) -> AuditResult:
-    """Audit files and directories (``.py``/``.pyi``/``.ipynb``, recursively). ``exclude``
-    holds glob patterns matched against each path as shown and relative to its argument.
-    Problems with single files land in ``result.problems``; the rest are still audited."""
+    """Audit files and directories (Python files, notebooks and launch files: shell scripts,
+    Dockerfiles, compose and Kubernetes YAML; recursively). ``exclude`` holds glob patterns
+    matched against each path as shown and relative to its argument. Problems with single
+    files land in ``result.problems``; the rest are still audited: a file that breaks the
+    analysis itself is reported (and counted as an ``audit.file`` fault), never the run.
+
+    ``time_limit_s`` bounds the whole run, as ``audit_source``'s does one source: past it, the
+    file in progress is reported as a ``time-limit`` problem naming how many files were left,
+    and the findings of the files before it stay in the result."""
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     gpu_spec = _gpu_spec(gpu)
+    check = _time_check(time_limit_s, "raise --time-limit, or audit fewer files at once")
     files, problems = discover(paths, exclude)
     result = AuditResult(problems=problems)
-    for source in files:
-        text = read_source(source)
-        if isinstance(text, FileProblem):
-            result.problems.append(text)
-            continue
-        if is_launch_file(source.display):
-            result.extend(audit_launch_text(text.text, source.display, gpu_spec))
-            continue
+    for position, source in enumerate(files):
         try:
-            result.extend(_audit_text(text, source.display, gpu_spec))
+            if check is not None:
+                check()
+            result.extend(_audit_file(source, gpu_spec, check))
+        except AuditTimeLimitError as exc:
+            left = len(files) - position - 1
+            result.problems.append(
+                FileProblem(source.display, "time-limit", f"{exc} ({left} more file(s) not read)")
+            )
+            break
         except (RecursionError, MemoryError) as exc:
             # One pathological file is reported and the audit goes on to the next one.
             result.problems.append(
@@ -103,7 +115,26 @@ def audit_paths(
                     f"too large or deeply nested to analyse ({type(exc).__name__}); not audited",
                 )
             )
+        except Exception as exc:  # a defect of ours must not hide the other files' findings
+            record_fault("audit.file", exc)
+            result.problems.append(
+                FileProblem(
+                    source.display,
+                    "unreadable",
+                    f"the audit failed on this file ({type(exc).__name__}: {exc}); not audited "
+                    "(an ecoguard defect: please report it)",
+                )
+            )
     return result.sort()
+
+
+def _audit_file(source: SourceFile, gpu: GpuSpec, check: Callable[[], None] | None) -> AuditResult:
+    text = read_source(source)
+    if isinstance(text, FileProblem):
+        return AuditResult(problems=[text])
+    if is_launch_file(source.display):
+        return audit_launch_text(text.text, source.display, gpu)
+    return _audit_text(text, source.display, gpu, check)
 
 
 def _audit_text(

@@ -17,7 +17,7 @@ from ecoguard.audit.index import UNKNOWN, ModuleIndex, walk_scope
 from ecoguard.audit.loops import Loops
 from ecoguard.audit.notes import NoteFinder
 from ecoguard.audit.quant import QUANT_RULES, QuantReader, dtype_of
-from ecoguard.audit.site import Extraction, Site
+from ecoguard.audit.site import Extraction, Site, user_code
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
 from ecoguard.engines.engine_args import EngineConfig, engine_deployment
 
@@ -45,6 +45,8 @@ _ENGINE_KWARGS = {
     },
 }
 _FROM_PRETRAINED = "AutoModelForCausalLM.from_pretrained(model_id, "
+_MODEL_SLOT = '"<model id>"'  # a marked slot: the file names no model argument
+_QUANTIZED_NAME = re.compile(r"awq|gptq|gguf|exl2|bnb|int[48]|[48]-?bit|fp8", re.IGNORECASE)
 
 
 class Extractor:
@@ -168,7 +170,12 @@ class Extractor:
             quant=facts.quant,
             dtype="fp16",
         )
-        fix_replace = ((_FROM_PRETRAINED, "AutoModelForCausalLM.from_pretrained(base_model_id, "),)
+        # The fix loads the 16-bit base model, which the file does not name: a marked slot.
+        base = '"<16-bit model id>"'
+        fix_replace = (
+            (_FROM_PRETRAINED, f"AutoModelForCausalLM.from_pretrained({base}, "),
+            *self._compile_fix(call),
+        )
         self._add_site(
             Site("load", call, deployment, unknown=facts.unknown, fix_replace=fix_replace)
         )
@@ -208,7 +215,11 @@ class Extractor:
             deployment=deployment,
             config_node=quant.node if quant else None,
             unknown=quant.unknown if quant else frozenset(),
-            fix_replace=self._pipeline_fix(call) if kind == "pipeline" else (),
+            fix_replace=(
+                self._pipeline_fix(call, model_expr)
+                if kind == "pipeline"
+                else self._load_fix(call, model_expr)
+            ),
             vram_precision=_vram_proxy(deployment),
         )
         self._add_site(site)
@@ -218,13 +229,40 @@ class Extractor:
         self.out.sites.append(site)
         self._load_sites.append(site)
 
-    def _pipeline_fix(self, call: ast.Call) -> tuple[tuple[str, str], ...]:
-        task = self.index.constant(call.args[0]) if call.args else UNKNOWN
-        task_text = f'"{task}"' if isinstance(task, str) and task.isprintable() else "task"
+    def _pipeline_fix(
+        self, call: ast.Call, model_expr: ast.expr | None
+    ) -> tuple[tuple[str, str], ...]:
+        task = call.args[0] if call.args else self.index.keyword_nodes(call).get("task")
+        func = user_code(call.func, "pipeline")
+        task_text = user_code(task, '"<task>"')
+        model = self._model_code(model_expr)
         return (
-            (_FROM_PRETRAINED, f"pipeline({task_text}, model=model_id, "),
+            (_FROM_PRETRAINED, f"{func}({task_text}, model={model}, "),
             ("# no quantization_config", "# no quantization_config in model_kwargs"),
         )
+
+    def _load_fix(self, call: ast.Call, model_expr: ast.expr | None) -> tuple[tuple[str, str], ...]:
+        """The rules' fixes say ``AutoModelForCausalLM.from_pretrained(model_id, ...)`` and
+        ``model = torch.compile(model)``: in the audit, the file's own class, model argument
+        and variable (a marked ``<...>`` slot where the file shows none)."""
+        func = user_code(call.func, "AutoModelForCausalLM.from_pretrained")
+        model = self._model_code(model_expr)
+        return ((_FROM_PRETRAINED, f"{func}({model}, "), *self._compile_fix(call))
+
+    def _model_code(self, model_expr: ast.expr | None) -> str:
+        """The model argument for a fix that loads 16-bit weights: the file's own, unless it
+        names a checkpoint quantized already (``...-AWQ``), whose 16-bit original the file
+        does not show (a marked slot then)."""
+        text = self.index.constant(model_expr) if model_expr is not None else UNKNOWN
+        if isinstance(text, str) and _QUANTIZED_NAME.search(text):
+            return '"<16-bit model id>"'
+        return user_code(model_expr, _MODEL_SLOT)
+
+    def _compile_fix(self, call: ast.Call) -> tuple[tuple[str, str], ...]:
+        target = self._assigned_name(call)
+        if target is None:
+            return ()
+        return (("model = torch.compile(model)", f"{target} = torch.compile({target})"),)
 
     def _engine(self, call: ast.Call, engine: str) -> None:
         """vLLM's ``LLM(...)`` or SGLang's ``Engine(...)``: keywords that are engine arguments,
@@ -260,7 +298,10 @@ class Extractor:
             details=facts.details[1:],
             wording=(("batch-size-one", _engine_bs1_wording(callee, names["max_num_seqs"])),),
             fix_replace=(
-                (_FROM_PRETRAINED, f"{callee}({names['model']}=model_id, "),
+                (
+                    _FROM_PRETRAINED,
+                    f"{callee}({names['model']}={self._model_code(model_expr)}, ",
+                ),
                 ("# no quantization_config", "# the 16-bit checkpoint, no quantization="),
                 ("torch.bfloat16", '"bfloat16"'),
                 ("torch.float16", '"float16"'),

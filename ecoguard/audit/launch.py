@@ -60,7 +60,7 @@ def audit_launch_text(
         elif "PyYAML" in str(exc):
             result.problems.append(FileProblem(filename, "needs-dependency", str(exc)))
         else:
-            result.problems.append(FileProblem(filename, "syntax-error", str(exc), exc.line))
+            result.problems.append(FileProblem(filename, exc.kind, str(exc), exc.line))
         return result
     for command in commands:
         facts = engine_deployment(command.config, gpu=gpu, resolve_model=resolve_model_spec)

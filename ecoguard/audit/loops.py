@@ -47,6 +47,10 @@ DATASET_CALLS = frozenset(
 )
 
 _TEXT_LIMIT = 48
+# Call sites read to resolve step parameters (``range(0, n, step)``), per call in the module
+# plus a floor: linear work however the functions and calls are arranged.
+_CALL_READS_PER_CALL = 16
+_CALL_READS_FLOOR = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,9 @@ class Loops:
         self._helper: dict[ast.AST, PerItem | None] = {}
         self._described: dict[ast.AST, PerItem] = {}
         self._holds: dict[ast.AST, int] | None = None
+        self._param_values: dict[tuple[ast.AST, str], object] = {}
+        self._call_reads = 0
+        self._budget: int | None = None
         self.calls_by_name: dict[str, list[ast.Call]] = {}
         # Function name -> calls that pass it by name (``df.apply(helper)``, ``map(helper, xs)``).
         self.passed_by_name: dict[str, list[ast.Call]] = {}
@@ -307,19 +314,36 @@ class Loops:
         # Only a parameter that is not rebound before the loop: the lookup leads to it.
         if self.index.lookup(name.id, name) is not UNKNOWN:
             return UNKNOWN
+        # The call sites' answer is the same for every loop of the function: worked out once
+        # (per loop it cost loops x calls: 1,500 of each took 45 s).
+        key = (function, name.id)
+        if key not in self._param_values:
+            self._param_values[key] = self._param_value(function, name.id)
+        return self._param_values[key]
+
+    def _param_value(self, function: ast.FunctionDef | ast.AsyncFunctionDef, param: str) -> object:
+        """What every call of ``function`` passes for ``param``. The calls read across the
+        module are bounded by a budget proportional to its calls (many functions of one name,
+        each with its own step parameter, would otherwise read every call once per function);
+        past it the value is UNKNOWN, as for any value the trail cannot follow."""
+        calls = self.calls_by_name.get(function.name, ())
+        self._call_reads += len(calls)
+        if self._call_reads > self._call_read_budget():
+            return UNKNOWN
         args = function.args
         positional = [*args.posonlyargs, *args.args]
         names = [a.arg for a in positional]
-        default = _default_of(function, name.id)
+        position = names.index(param) if param in names else None
+        default = _default_of(function, param)
         values: set[object] = set()
-        for call in self.calls_by_name.get(function.name, ()):
+        for call in calls:
             kwargs = self.index.keywords(call)
             if kwargs is None or any(isinstance(a, ast.Starred) for a in call.args):
                 return UNKNOWN
-            if name.id in kwargs:
-                values.add(self.index.constant(kwargs[name.id]))
-            elif name.id in names and names.index(name.id) < len(call.args):
-                values.add(self.index.constant(call.args[names.index(name.id)]))
+            if param in kwargs:
+                values.add(self.index.constant(kwargs[param]))
+            elif position is not None and position < len(call.args):
+                values.add(self.index.constant(call.args[position]))
             elif default is not None:
                 values.add(self.index.constant(default))
             else:
@@ -327,6 +351,12 @@ class Loops:
         if not values:
             return self.index.constant(default) if default is not None else UNKNOWN
         return values.pop() if len(values) == 1 else UNKNOWN
+
+    def _call_read_budget(self) -> int:
+        if self._budget is None:  # the calls are all recorded before the first question
+            calls = sum(map(len, self.calls_by_name.values()))
+            self._budget = _CALL_READS_PER_CALL * calls + _CALL_READS_FLOOR
+        return self._budget
 
     def _batching_iterable(self, iterable: ast.expr) -> bool:
         resolved = self.index.resolve(iterable)

@@ -45,8 +45,8 @@ class AuditNote:
 @dataclass(frozen=True, slots=True)
 class FileProblem:
     """A file the audit could not (fully) read. ``kind``: ``syntax-error``, ``decode-error``,
-    ``too-large``, ``unreadable``, ``not-found``, ``bad-notebook`` (these are errors: the audit
-    is incomplete, exit 2) or ``symlink-loop``, ``symlink-outside`` (skipped on purpose)."""
+    ``too-large``, ``unreadable``, ``not-found``, ``bad-notebook``, ``time-limit`` (these are
+    errors: the audit is incomplete, exit 2) or ``symlink-loop``, ``symlink-outside`` (skipped on purpose)."""
 
     path: str
     kind: str

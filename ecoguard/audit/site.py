@@ -8,6 +8,7 @@ worked out (``unknown``): their findings are dropped rather than guessed.
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import dataclass, field
 
 from ecoguard.deployment import Deployment
@@ -51,3 +52,27 @@ class RawNote:
 class Extraction:
     sites: list[Site] = field(default_factory=list)
     notes: list[RawNote] = field(default_factory=list)
+
+
+# Longest code of the user's shown in a fix (a longer expression becomes a marked slot).
+_CODE_LIMIT = 60
+
+
+def user_code(expr: ast.expr | None, placeholder: str) -> str:
+    """The code of ``expr`` as the file writes it, for a fix in the user's own names; the
+    marked ``placeholder`` when there is none or it is too long for one line of a fix."""
+    if expr is None:
+        return placeholder
+    line, end = getattr(expr, "lineno", None), getattr(expr, "end_lineno", None)
+    if line is not None and (
+        end != line or (expr.end_col_offset or 0) - expr.col_offset > 4 * _CODE_LIMIT
+    ):
+        return placeholder  # too long, known before paying for unparse (a 100 KB literal)
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        text = json.dumps(expr.value, ensure_ascii=False)  # "..." as code is usually written
+        return text if len(text) <= _CODE_LIMIT and text.isprintable() else placeholder
+    try:
+        text = ast.unparse(expr)
+    except (ValueError, RecursionError):  # pragma: no cover - unparse of a parsed tree
+        return placeholder
+    return text if len(text) <= _CODE_LIMIT and "\n" not in text else placeholder
