@@ -148,7 +148,12 @@ GENERATION_TOKENS = _call(
 GENERATION_REQUESTS = _call(
     "ecoguard_generation_requests", "counter", "Requests (sequences) served by generate calls."
 )
-GENERATION_CALLS = _call("ecoguard_generation_calls", "counter", "Measured generate calls.")
+GENERATION_CALLS = _call(
+    "ecoguard_generation_calls",
+    "counter",
+    "Measured generate calls; under vLLM, engine steps (one per step while requests are in "
+    "flight), not requests: requests are ecoguard_generation_requests.",
+)
 ENERGY_COST = _call(
     "ecoguard_energy_cost_usd",
     "counter",
