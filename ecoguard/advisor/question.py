@@ -183,7 +183,8 @@ class Question:
     ) -> Question:
         """The facts named as CLI flags or MCP tool arguments, read as the same facts stated in a
         question: a volume without a use is a service from many users, an API is served, a
-        chat is served when a volume is given. Unknown protocols and regions are UsageErrors."""
+        chat is served when a volume is given, a question in Chinese asks its cost in yuan.
+        Unknown protocols, languages and regions are UsageErrors."""
         if protocol not in FLAG_PROTOCOLS:
             raise UsageError(f"unknown protocol {protocol!r}; one of: {', '.join(FLAG_PROTOCOLS)}")
         if language not in ("en", "zh"):
@@ -205,7 +206,8 @@ class Question:
             use=use,
             requests_per_month=requests_per_month,
             region=grid_region(region).key if region else None,
-            currency="CNY" if cny_per_usd else "USD",
+            # A question in Chinese asks its cost in yuan, as the same words would.
+            currency="CNY" if cny_per_usd or language == "zh" else "USD",
             cny_per_usd=cny_per_usd,
             price_per_kwh=price_usd_per_kwh,
             price_currency="USD" if price_usd_per_kwh is not None else None,
