@@ -45,7 +45,10 @@ from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ecoguard.deployment import Deployment
+from ecoguard.knowledge.memory import memory_need, usable_vram_gb
 from ecoguard.knowledge.records import ReferenceRow
+from ecoguard.knowledge.tables import gpu_profiles, model_registry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_VERSION = 1
@@ -1266,6 +1269,101 @@ def mark_anchor_duplicates(rows: list[Row]) -> list[Row]:
     return out
 
 
+# Two rows of one configuration quote one run when their energies (as stated) agree to this
+# many J per 1k tokens and their throughputs (where both give one) to this many tok/s.
+SAME_RUN_ENERGY_J = 0.5
+SAME_RUN_THROUGHPUT = 0.01
+
+
+def _session_key(row: Row) -> str:
+    """The session a row was measured in, as ``ecoguard.knowledge.evidence.session_of`` keys it."""
+    return f"{row.source}#{row.session or '-'}"
+
+
+def _same_run(a: Row, b: Row) -> bool:
+    """Two rows of one configuration from two documents that print one run's figures. A file
+    never quotes itself (its sessions are its own), and two data files dated differently are
+    two runs however close their figures (RTX 5090 Qwen2-7B FP16: 4,980.7 and 4,980.4 J/1k)."""
+    if a.source == b.source:
+        return False
+    if a.tier == b.tier == "measured" and a.date and b.date and a.date != b.date:
+        return False
+    ea = a.energy_j_per_1k_stated if a.energy_j_per_1k_stated is not None else a.energy_j_per_1k
+    eb = b.energy_j_per_1k_stated if b.energy_j_per_1k_stated is not None else b.energy_j_per_1k
+    if ea is None or eb is None or abs(ea - eb) > SAME_RUN_ENERGY_J:
+        return False
+    ta, tb = a.throughput_tok_s, b.throughput_tok_s
+    return ta is None or tb is None or abs(ta - tb) <= SAME_RUN_THROUGHPUT
+
+
+def _quote_order(row: Row) -> tuple:
+    """Which of several quotes of one run stands for it: measured before reported, a data file
+    before prose, then the id."""
+    return (row.tier != "measured", row.source.endswith(".md"), row.id)
+
+
+def mark_quotes(rows: list[Row]) -> list[Row]:
+    """A run quoted by several documents (the RTX 4090D FP16 Mistral-7B 6,260 J/1k appears in a
+    metadata file, the memo and two v2.3 tables) is one session: every quote but the first (by
+    :func:`_quote_order`) names the first's session in ``quotes``. Anchor copies (scope
+    ``duplicate``) are counted apart and left as they are."""
+    by_config: dict[tuple, list[Row]] = {}
+    for row in rows:
+        if row.scope != "duplicate" and row.energy_j_per_1k is not None:
+            key = (row.gpu, row.model_key, row.precision, row.batch_size, row.scope)
+            by_config.setdefault(key, []).append(row)
+    quoted: dict[str, str] = {}
+    for group in by_config.values():
+        group.sort(key=_quote_order)
+        for i, row in enumerate(group):
+            if row.id in quoted:
+                continue
+            for other in group[i + 1 :]:
+                if (
+                    other.id not in quoted
+                    and _session_key(other) != _session_key(row)
+                    and _same_run(row, other)
+                ):
+                    quoted[other.id] = _session_key(row)
+    return [replace(r, quotes=quoted[r.id]) if r.id in quoted else r for r in rows]
+
+
+def mark_offloaded(rows: list[Row]) -> list[Row]:
+    """Flag the rows whose configuration needs more memory than the GPU has, by the model the
+    ``vram-overflow`` rule uses (``ecoguard.knowledge.memory``: weights + KV cache + overhead
+    against the VRAM). A row's unstated prompt length counts as 0 tokens, so an assumption never
+    causes a flag. Such a run offloaded weights to the CPU (T4 Qwen2-7B FP16: 2.9 tok/s)."""
+    models, gpus = model_registry(), gpu_profiles()
+    out = []
+    for row in rows:
+        model, gpu = models.get(row.model_key), gpus.get(row.gpu)
+        if model is None or gpu is None:
+            out.append(row)
+            continue
+        deployment = Deployment(
+            model=model.to_model_spec(),
+            gpu=gpu.to_gpu_spec(),
+            precision=row.precision,
+            batch_size=row.batch_size or 1,
+        )
+        need = memory_need(
+            deployment,
+            model,
+            prompt_tokens=row.prompt_tokens or 0,
+            generation_tokens=row.generation_tokens or 1,
+        )
+        over = need is not None and need.total_gb > usable_vram_gb(gpu.vram_gb)
+        if over:
+            assert need is not None
+            note = (
+                f"{row.note}; " if row.note else ""
+            ) + f"offloaded: needs {need.total_gb:.1f} GB of the GPU's {gpu.vram_gb:g} GB"
+            out.append(replace(row, offloaded=True, note=note))
+        else:
+            out.append(row)
+    return out
+
+
 FLOAT_DIGITS = 4
 
 
@@ -1305,6 +1403,8 @@ def collect(src: Path) -> list[Row]:
     rows = add_back_idle(rows)
     rows = mark_anchor_duplicates(rows)
     rows = link_baselines(rows)
+    rows = mark_quotes(rows)
+    rows = mark_offloaded(rows)
     rows.sort(key=lambda r: r.id)
     return rows
 

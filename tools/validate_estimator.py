@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ecoguard.knowledge import evidence as evidence_module  # noqa: E402
-from ecoguard.knowledge import ladder, validation  # noqa: E402
+from ecoguard.knowledge import ladder, tables, validation  # noqa: E402
 
 OUT = REPO / "data" / "estimator_validation.json"
 DOCS = (REPO / "README.md", REPO / "docs" / "knowledge.md")
@@ -36,10 +36,14 @@ START, END = "<!-- validation:start -->", "<!-- validation:end -->"
 SCORES = ("answered", "median_abs_error_pct", "p90_abs_error_pct")
 # Each alternative to the shipped ladder.Choices, flipped alone: its name in the JSON and docs.
 ALTERNATIVES = {
-    "inverse ratio before size": replace(ladder.SHIPPED, size_before_inverse=False),
+    "size before inverse ratio": replace(ladder.SHIPPED, size_before_inverse=True),
     "ratio held 2x (as sizes)": replace(ladder.SHIPPED, ratio_hold=2.0),
     "two-nearest-sizes slope": replace(ladder.SHIPPED, ols_extrapolation=False),
 }
+# The carried figures the envelope is checked on: every GPU profile x registered model x these
+# precisions at batch size 1, answered by the cross-GPU rung.
+ENVELOPE_PRECISIONS = ("fp16", "int8_mixed", "int8_pure", "nf4")
+EXAMPLE_MODEL = "llama-2-7b"
 
 
 @contextmanager
@@ -76,11 +80,61 @@ def choice_comparison() -> dict:
     return out
 
 
+def _carried_grid() -> dict[tuple[str, str, str], tuple[float, float, float]]:
+    """(GPU, model, precision) -> (J/1k, low, high) of every cross-GPU answer on the grid."""
+    ev = evidence_module.evidence(tables._shipped_rows())
+    out = {}
+    for gpu in tables.gpu_profiles().values():
+        for model in tables.model_registry().values():
+            for precision in ENVELOPE_PRECISIONS:
+                query = ladder.Query(gpu, model.id, model.params_b, precision, 1)
+                basis = ladder.resolve(ev, query)
+                if basis is not None and basis.family == "cross-gpu":
+                    fig = basis.figure
+                    out[(gpu.key, model.id, precision)] = (fig.value, fig.low, fig.high)
+    return out
+
+
+def envelope_effect() -> dict:
+    """What the physical envelope changed: the hold-outs without it, and the carried figures
+    on the grid it moved (before -> after) or whose band it clipped."""
+    with choices(replace(ladder.SHIPPED, envelope=False)):
+        without = {mode: scores(mode) for mode in validation.MODES}
+        before = _carried_grid()
+    after = _carried_grid()
+    moved = [
+        {
+            "gpu": gpu,
+            "model": model,
+            "precision": precision,
+            "before_j_per_1k": round(before[key][0], 1),
+            "after_j_per_1k": round(after[key][0], 1),
+        }
+        for key in sorted(after)
+        for gpu, model, precision in (key,)
+        if key in before and abs(before[key][0] - after[key][0]) > 1e-6
+    ]
+    clipped = sum(
+        1
+        for key in after
+        if key in before
+        and abs(before[key][0] - after[key][0]) <= 1e-6
+        and after[key][1:] != before[key][1:]
+    )
+    return {
+        "holdouts_without": without,
+        "carried": len(after),
+        "moved": moved,
+        "band_clipped": clipped,
+    }
+
+
 def render() -> str:
     table = validation.validate()
     table["carriers"] = carrier_comparison()
     table["carrier_chosen"] = ladder.SHIPPED.carrier
     table["choices"] = choice_comparison()
+    table["envelope"] = envelope_effect()
     return json.dumps(table, indent=1, sort_keys=True) + "\n"
 
 
@@ -120,8 +174,38 @@ def markdown(table: dict) -> str:
             f"{name} {_pair(c['config'], c['gpu'])}" for name, c in sorted(table["choices"].items())
         )
         + ".",
+        "",
+        *_envelope_lines(table),
     ]
     return "\n".join(lines)
+
+
+def _envelope_lines(table: dict) -> list[str]:
+    env = table["envelope"]
+    moved = env["moved"]
+    same = env["holdouts_without"] == {
+        mode: {k: table["summary"][mode][k] for k in SCORES} for mode in validation.MODES
+    }
+    lines = [
+        f"Physical envelope (docs/knowledge.md): of {env['carried']} carried figures (every GPU "
+        f"x registered model x {', '.join(ENVELOPE_PRECISIONS)}, BS 1), {len(moved)} lay above "
+        f"its upper bound and were set to it, and {env['band_clipped']} more had their band "
+        "clipped; hold-outs without it: "
+        + _pair(env["holdouts_without"]["config"], env["holdouts_without"]["gpu"])
+        + (" (the same: no held-out figure crosses a bound)." if same else "."),
+    ]
+    if moved:
+        lines.append("")
+    by_gpu: dict[str, list[dict]] = {}
+    for m in moved:
+        by_gpu.setdefault(m["gpu"], []).append(m)
+    for gpu, items in sorted(by_gpu.items()):
+        first = next((m for m in items if m["model"] == EXAMPLE_MODEL), items[0])
+        lines.append(
+            f"* {gpu}: {len(items)} figures, e.g. {first['model']} {first['precision']} "
+            f"{first['before_j_per_1k']:,.0f} -> {first['after_j_per_1k']:,.0f} J/1k"
+        )
+    return lines
 
 
 def _pair(config: dict, gpu: dict) -> str:

@@ -100,7 +100,8 @@ def _data(args: argparse.Namespace) -> int:
         else:
             for r in rows:
                 energy = f"{r.energy_j_per_1k:,.1f}" if r.energy_j_per_1k is not None else "-"
-                print(f"{r.id:<70} {r.tier:<9} {energy:>10} J/1k  {r.source}")
+                flag = "  [offloaded: not used]" if r.offloaded else ""
+                print(f"{r.id:<70} {r.tier:<9} {energy:>10} J/1k  {r.source}{flag}")
         return 0
     counts = Counter((r.gpu, r.precision, r.tier) for r in rows)
     table = [
@@ -245,6 +246,11 @@ def _print_estimate(result, vram_available_gb: float) -> None:
     if result.vram_gb is not None and result.vram_gb > vram_available_gb:
         vram += f"  (exceeds {vram_available_gb:g} GB on this GPU)"
     print(f"  VRAM need:  {vram}")
+    for finding in result.findings:
+        print(f"  finding:    {finding.rule} ({finding.mood.value}): {finding.message}")
+    for row_id, value, why in result.offloaded_rows:
+        energy = "-" if value is None else f"{value:,.0f} J per 1k tokens"
+        print(f"  offloaded:  {row_id} ({energy}) {why}; not used")
     m = result.monthly
 
     def monthly(value, bounds, unit):
@@ -261,15 +267,17 @@ def _print_estimate(result, vram_available_gb: float) -> None:
         f"{monthly(m.co2_kg, m.co2_kg_range, 'kg CO2')}"
     )
     if result.energy_per_1k_tokens_j_range is not None:
-        basis = (
-            "spread of its sessions"
-            if result.holdout_error_pct is None
-            else f"{result.family} method, hold-out error median {result.holdout_error_pct[0]}%"
-            f" / p90 {result.holdout_error_pct[1]}%"
-        )
-        print(f"  range:      p10-p90 ({basis})")
-    for source, session, delta, _baseline in result.paired_deltas:
-        print(f"  paired:     {delta:+.1f}% in session {session} of {source}")
+        if result.holdout_error_pct is not None:
+            basis = (
+                f"p10-p90 ({result.family} method, hold-out error median "
+                f"{result.holdout_error_pct[0]}% / p90 {result.holdout_error_pct[1]}%)"
+            )
+        elif len(result.measurements) >= 2:
+            basis = "lowest to highest of its own sessions"
+        else:
+            basis = "p10-p90 of the session-to-session spread (one session measured)"
+        print(f"  range:      {basis}")
+    _print_measured_basis(result)
     if result.carried_from:
         print(f"  carried from: {', '.join(result.carried_from)}")
     print(f"  method: {result.method}")
@@ -277,3 +285,24 @@ def _print_estimate(result, vram_available_gb: float) -> None:
         print(f"  assumed: {note}")
     for source in result.sources:
         print(f"  source: {source}")
+
+
+def _print_measured_basis(result) -> None:
+    """A measured figure's sessions, and the paired changes shown as such beside it."""
+    if result.measurements:
+        count = len(result.measurements)
+        print(
+            "  measured:   one session"
+            if count == 1
+            else f"  measured:   {count} sessions (the figure is their median)"
+        )
+        for session, value in result.measurements:
+            source, _, label = session.rpartition("#")
+            where = source if label in ("", "-") else f"{source}, session {label}"
+            print(f"              {value:,.0f} J per 1k tokens  {where}")
+    for what, pct, each, own in result.paired_changes:
+        sessions = ", ".join(f"{v:+.1f}%" for v in each)
+        line = f"  paired:     {what} {pct:+.1f}% (same-session pairs: {sessions})"
+        if own is not None and abs(own - pct) >= 0.05:
+            line += f"; own figures {own:+.1f}%"
+        print(line)

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import cache
 
 from ecoguard._paths import data_dir
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.errors import UnknownGpuError, UnknownModelError, UsageError
+from ecoguard.findings import Finding, Mood
 from ecoguard.knowledge import tables
+from ecoguard.knowledge.estimate_record import Estimate, Monthly, Range
 from ecoguard.knowledge.evidence import TIER_ORDER, Evidence, evidence
 from ecoguard.knowledge.fitting import loglog
 from ecoguard.knowledge.ladder import (
@@ -45,8 +47,10 @@ from ecoguard.knowledge.memory import (  # noqa: F401  (re-exported: the old hom
     NO_SIZE_METHOD,
     VRAM_OVERHEAD_FRACTION,
     VRAM_OVERHEAD_GB,
+    MemoryNeed,
     memory_need,
     resolved_precision,
+    usable_vram_gb,
 )
 from ecoguard.knowledge.records import GpuProfile, ModelInfo
 from ecoguard.knowledge.validation import band_for
@@ -65,112 +69,6 @@ __all__ = [
 ]
 
 HOLDOUTS = ("config", "gpu")
-Range = tuple[float, float]
-
-
-@dataclass(frozen=True, slots=True)
-class Monthly:
-    """Monthly totals for ``requests`` requests: energy at the wall (PUE applied), USD, kg CO2,
-    each with its p10-p90 range."""
-
-    requests: int
-    energy_kwh: float | None
-    cost_usd: float | None
-    co2_kg: float | None
-    region: str = "us"
-    price_usd_per_kwh: float | None = None
-    gco2_per_kwh: float | None = None
-    pue: float | None = None
-    energy_kwh_range: Range | None = None
-    cost_usd_range: Range | None = None
-    co2_kg_range: Range | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """Figures for one deployment and how they were obtained (``tier``, ``method``, ``rows``).
-
-    ``energy_per_1k_tokens_j_range`` and ``energy_per_request_j_range`` are p10-p90 intervals;
-    ``family`` names the ladder's method and ``holdout_error_pct`` its measured hold-out error
-    (median and p90 |error| %, None for an exact match, whose interval is its sessions' spread);
-    ``carried_from`` lists the GPUs an extrapolated figure was carried from."""
-
-    energy_per_1k_tokens_j: float | None
-    energy_per_request_j: float | None
-    tokens_per_j: float | None
-    power_w: float | None
-    throughput_tok_s: float | None
-    latency_s: float | None
-    vram_gb: float | None
-    monthly: Monthly
-    tier: str
-    method: str
-    sources: tuple[str, ...]
-    rows: tuple[str, ...]
-    confidence: str
-    deployment: Deployment
-    assumptions: tuple[str, ...] = ()
-    vram_method: str = ""
-    energy_per_1k_tokens_j_range: Range | None = None
-    energy_per_request_j_range: Range | None = None
-    family: str = "none"
-    holdout_error_pct: tuple[float, float] | None = None
-    carried_from: tuple[str, ...] = ()
-    holdout: str | None = None
-    sessions: tuple[str, ...] = ()
-    # (source, session, change % vs FP16, baseline: the FP16 row or session it was paired with)
-    paired_deltas: tuple[tuple[str, str, float, str], ...] = ()
-
-    def to_dict(self) -> dict:
-        """JSON-ready: the figures, their ranges, the basis, and the deployment as plain dicts."""
-        monthly = {}
-        for key, value in asdict(self.monthly).items():
-            if isinstance(value, float):
-                value = _r(value, 6)
-            elif isinstance(value, (tuple, list)):
-                value = [_r(v, 6) for v in value]
-            monthly[key] = value
-        return {
-            "energy_per_request_j": _r(self.energy_per_request_j),
-            "energy_per_request_j_range": _rr(self.energy_per_request_j_range),
-            "energy_per_1k_tokens_j": _r(self.energy_per_1k_tokens_j),
-            "energy_per_1k_tokens_j_range": _rr(self.energy_per_1k_tokens_j_range),
-            "tokens_per_j": _r(self.tokens_per_j, 5),
-            "power_w": _r(self.power_w),
-            "throughput_tok_s": _r(self.throughput_tok_s),
-            "latency_s": _r(self.latency_s),
-            "vram_gb": _r(self.vram_gb),
-            "vram_method": self.vram_method,
-            "monthly": monthly,
-            "tier": self.tier,
-            "method": self.method,
-            "family": self.family,
-            "confidence": self.confidence,
-            "holdout_error_pct": (
-                None
-                if self.holdout_error_pct is None
-                else {"median": self.holdout_error_pct[0], "p90": self.holdout_error_pct[1]}
-            ),
-            "carried_from": list(self.carried_from),
-            "holdout": self.holdout,
-            "sources": list(self.sources),
-            "rows": list(self.rows),
-            "sessions": list(self.sessions),
-            "paired_deltas": [
-                {"source": src, "session": ses, "delta_pct": round(d, 1), "baseline": base}
-                for src, ses, d, base in self.paired_deltas
-            ],
-            "assumptions": list(self.assumptions),
-            "deployment": asdict(self.deployment),
-        }
-
-
-def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _rr(value: Range | None, digits: int = 3) -> list[float] | None:
-    return None if value is None else [round(value[0], digits), round(value[1], digits)]
 
 
 # --------------------------------------------------------------------------- hold-out error
@@ -518,8 +416,13 @@ def estimate(
     )
     vram = (need.total_gb, need.method) if need is not None else (None, NO_SIZE_METHOD)
     grid = _grid(settings, requests_per_month)
+    memory = {
+        "offloaded_rows": _offloaded_rows(subject, inputs),
+        "findings": _vram_findings(deployment, subject, need),
+    }
     if basis is None:
         return Estimate(
+            **memory,
             energy_per_1k_tokens_j=None,
             energy_per_request_j=None,
             tokens_per_j=None,
@@ -538,7 +441,52 @@ def estimate(
             vram_method=vram[1],
             holdout=holdout,
         )
-    return _estimate_from(basis, deployment, inputs, grid, vram, holdout)
+    return replace(_estimate_from(basis, deployment, inputs, grid, vram, holdout), **memory)
+
+
+def _offloaded_rows(
+    subject: _Subject, inputs: _Inputs
+) -> tuple[tuple[str, float | None, str], ...]:
+    """Rows of the asked configuration that ran offloaded: shown with their flag, never used."""
+    if subject.gpu is None or subject.model_key is None:
+        return ()
+    config = (subject.gpu.key, subject.model_key, inputs.lookup_precision, inputs.batch_size)
+    return tuple(
+        (r.id, r.energy_j_per_1k, r.note.rsplit("; ", 1)[-1])
+        for r in tables.reference_rows()
+        if r.offloaded and (r.gpu, r.model_key, r.precision, r.batch_size or 1) == config
+    )
+
+
+def _vram_findings(deployment: Deployment, subject: _Subject, need: MemoryNeed | None):
+    """The ``vram-overflow`` verdict on the same figures the rule compares (the need of
+    :mod:`ecoguard.knowledge.memory` against ``usable_vram_gb``), as a Finding in the answer."""
+    vram_gb = deployment.gpu.vram_gb or (subject.gpu.vram_gb if subject.gpu else None)
+    if need is None or vram_gb is None:
+        return ()
+    count = max(deployment.gpu.count, 1)
+    usable = usable_vram_gb(vram_gb, count)
+    if need.total_gb <= usable:
+        return ()
+    gpus = f"{count} x {vram_gb:g} GB" if count > 1 else f"{vram_gb:g} GB"
+    return (
+        Finding(
+            rule="vram-overflow",
+            mood=Mood.RED,
+            title="VRAM overflow",
+            message=(
+                f"needs ~{need.total_gb:.2f} GB of VRAM ({need.method}) but the GPU memory is "
+                f"{gpus}: weights are offloaded to the CPU (or the load fails); the energy "
+                "figures are for the model held in GPU memory, and an offloaded run uses more"
+            ),
+            fix="quantize the weights (4/8-bit), shrink batch or context, or use more GPU memory",
+            details=(
+                ("vram_need_gb", round(need.total_gb, 3)),
+                ("usable_vram_gb", round(usable, 3)),
+                ("vram_method", need.method),
+            ),
+        ),
+    )
 
 
 def _estimate_from(
@@ -554,10 +502,7 @@ def _estimate_from(
     low_1k, high_1k = _interval(basis)
     per_request = energy_1k * gen / 1000.0
     request_range = (low_1k * gen / 1000.0, high_1k * gen / 1000.0)
-    tput = basis.throughput_tok_s
-    power = basis.power_w
-    if power is None and tput:
-        power = energy_1k * tput / 1000.0
+    power, tput = _power_and_throughput(energy_1k, basis.power_w, basis.throughput_tok_s)
     tier, method = _tier_and_method(basis, inputs.precision)
     rows = (*fig.rows, *basis.extra_rows)
     assumptions = inputs.assumptions
@@ -597,4 +542,25 @@ def _estimate_from(
             if exact
             else ()
         ),
+        measurements=fig.measurements if exact else (),
+        paired_energy_per_1k_tokens_j=fig.paired_value if exact else energy_1k,
+        paired_energy_per_request_j=(fig.paired_value if exact else energy_1k) * gen / 1000.0,
+        paired_changes=(
+            tuple((s.what, s.paired_pct, s.session_pcts, s.absolute_pct) for s in fig.steps)
+            if exact
+            else ()
+        ),
     )
+
+
+def _power_and_throughput(
+    energy_1k: float, power_w: float | None, tput: float | None
+) -> tuple[float | None, float | None]:
+    """Power and throughput on the figure's own basis, so power x 1000 / throughput equals
+    the energy shown: the basis's throughput with the power the energy implies, else the
+    basis's power with the throughput it implies."""
+    if tput:
+        return energy_1k * tput / 1000.0, tput
+    if power_w:
+        return power_w, power_w * 1000.0 / energy_1k
+    return None, None

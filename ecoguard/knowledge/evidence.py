@@ -8,13 +8,20 @@ alike (driver, clocks, host, software). So a change between two configurations i
 pairs measured in the same session (a row's ``baseline_row`` or its stated FP16 baseline, or two
 batch sizes of one session), and summarised across sessions by the median, with the range.
 
-Absolute figures follow one chain, so every caller gets the same joules for the same inputs:
+A configuration with rows answers with them: its figure is the median of its own sessions and
+its band spans them (lowest to highest session; one session gets the pooled session-to-session
+spread). Changes between configurations are paired, and a second figure follows one chain of
+them, so any two configurations compare by their same-session changes (what alerts and $ use):
 
 * FP16 at batch size 1 is the *anchor*: the median over its sessions;
 * another precision at batch size 1 = anchor x the median paired ratio to FP16;
 * another batch size = that precision's batch-size-1 figure x the median paired batch ratio
   (or, when only a precision pair exists at that batch size, FP16 at that size x that ratio);
-* a configuration with rows but no pairs is the median of its own sessions.
+* a configuration with rows but no pairs: the median of its own sessions.
+
+The chained figure is ``Figure.chained``; each link is a :class:`Step` that names the paired
+change and, beside it, the change between the two configurations' own figures where the two
+differ (sessions of different lengths and days disagree by more than a paired change does).
 
 An :class:`Evidence` can hide rows (hold-out): the rows of one configuration or of one GPU are
 dropped, and a pair whose baseline belongs to a hidden configuration no longer counts (its
@@ -36,8 +43,35 @@ MIN_TOKENS = 64
 
 
 @dataclass(frozen=True, slots=True)
+class Step:
+    """One link of the paired chain: ``what`` changed (``FP16 -> nf4``, ``batch size 1 -> 64``),
+    the median same-session change (%), each session's change, and the change between the two
+    configurations' own measured figures (%; None when the base has no rows of its own)."""
+
+    what: str
+    paired_pct: float
+    session_pcts: tuple[float, ...]
+    absolute_pct: float | None
+
+    def text(self) -> str:
+        n = len(self.session_pcts)
+        each = ", ".join(f"{v:+.1f}%" for v in self.session_pcts)
+        out = (
+            f"{self.what} {self.paired_pct:+.1f}% paired (median of {n} same-session "
+            f"pair{'s' if n != 1 else ''}: {each})"
+        )
+        if self.absolute_pct is not None and abs(self.absolute_pct - self.paired_pct) >= 0.05:
+            out += f"; {self.absolute_pct:+.1f}% between the two configurations' own figures"
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Figure:
-    """J per 1k generated tokens with its p10-p90 band (``low``, ``high``) and its basis."""
+    """J per 1k generated tokens with its band (``low``, ``high``) and its basis.
+
+    For a configuration with rows: ``value`` is the median of its sessions, the band spans
+    them, ``measurements`` lists each session's figure; ``chained`` is the figure on the paired
+    chain (None where no chain applies) and ``steps`` its links."""
 
     value: float
     low: float
@@ -52,6 +86,14 @@ class Figure:
     # The same-session FP16 pairs behind a precision's change: (source, session, ratio, the
     # FP16 baseline's row id or the session when the baseline is only stated in the row).
     pairs: tuple[tuple[str, str, float, str], ...] = ()
+    chained: float | None = None
+    steps: tuple[Step, ...] = ()
+    measurements: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def paired_value(self) -> float:
+        """The figure comparisons use: the chained one where a chain applies."""
+        return self.chained if self.chained is not None else self.value
 
     def scaled(self, factor: float, low_factor: float, high_factor: float) -> Figure:
         """This figure times ``factor``; the band also multiplied by the factor's own band."""
@@ -89,8 +131,10 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def session_of(row: ReferenceRow) -> str:
-    """The session a row was measured in: its source file and session label."""
-    return f"{row.source}#{row.session or '-'}"
+    """The session a row was measured in: its source file and session label, or, for a row
+    that quotes a run another document gives (``quotes``), that document's session: one run
+    printed in four documents is one session, not four."""
+    return row.quotes or f"{row.source}#{row.session or '-'}"
 
 
 def experiment_of(row: ReferenceRow) -> str:
@@ -113,7 +157,9 @@ def config_of(row: ReferenceRow) -> ConfigKey:
 
 
 def usable(row: ReferenceRow) -> bool:
-    return row.scope == "end_to_end" and row.energy_j_per_1k is not None
+    """A row the estimator reads: whole generate calls with an energy figure, run in the GPU's
+    memory (an ``offloaded`` row is shown, flagged, and kept out of every fit and carry)."""
+    return row.scope == "end_to_end" and row.energy_j_per_1k is not None and not row.offloaded
 
 
 def best_tier(rows: Iterable[ReferenceRow]) -> list[ReferenceRow]:
@@ -264,7 +310,7 @@ class Evidence:
                 f"median of {len(values)} {rows[0].tier} sessions "
                 f"({min(values):,.0f}-{max(values):,.0f} J/1k)"
             )
-        power, tput = _power_throughput(rows)
+        power, tput = _power_throughput(list(by_session.values()))
         return Figure(
             value,
             low,
@@ -276,16 +322,14 @@ class Evidence:
             power,
             tput,
             known,
+            measurements=tuple(zip(by_session, values, strict=True)),
         )
 
     def band(self, values: list[float], center: float) -> tuple[float, float, bool]:
-        """p10-p90 of session values around ``center``; one session gets the pooled spread."""
+        """The span of the session values (lowest to highest, so every session lies inside);
+        one session gets the pooled spread."""
         if len(values) >= 2:
-            return (
-                min(center, quantile(values, 0.1)),
-                max(center, quantile(values, 0.9)),
-                True,
-            )
+            return min(center, *values), max(center, *values), True
         lo, hi = self.pooled_session_spread()
         return center * math.exp(lo), center * math.exp(hi), False
 
@@ -345,10 +389,11 @@ class Evidence:
             pairs = self.batch_pairs(gpu, model, precision, bs)
             base = self.anchored((gpu, model, precision, 1)) if pairs else None
             if base is not None:
-                return self._chain(base, pairs, f"batch size 1 -> {bs}", own)
+                return self._chain(base, pairs, f"batch size 1 -> {bs}", own, base)
         if precision != "fp16":
             pairs = self.precision_pairs(key)
             base = self.anchored((gpu, model, "fp16", bs)) if pairs else None
+            measured_base = base
             if base is None and pairs:
                 baselines = [p.baseline.energy_j_per_1k if p.baseline else None for p in pairs]
                 stated = [
@@ -372,23 +417,25 @@ class Evidence:
                         known,
                     )
             if base is not None:
-                return self._chain(base, pairs, f"FP16 -> {precision}", own)
+                return self._chain(base, pairs, f"FP16 -> {precision}", own, measured_base)
         return own
 
-    def _chain(self, base: Figure, pairs: list[Pair], what: str, own: Figure) -> Figure:
-        ratio, lo, hi, sessions = self.ratio_figure(pairs)
-        scaled = base.scaled(ratio, lo, hi)
-        # The band should also cover this configuration's own sessions.
-        low = min(scaled.low, own.low) if own.spread_known else scaled.low
-        high = max(scaled.high, own.high) if own.spread_known else scaled.high
+    def _chain(
+        self, base: Figure, pairs: list[Pair], what: str, own: Figure, measured: Figure | None
+    ) -> Figure:
+        """The configuration's own figure, with the paired chain through ``base`` beside it
+        (``measured``: the base configuration's own figure, None when it has no rows)."""
+        ratio, _lo, _hi, _sessions = self.ratio_figure(pairs)
         change = (ratio - 1.0) * 100.0
-        per_session = ", ".join(f"{(r - 1) * 100:+.1f}%" for r in _session_ratios(pairs))
-        desc = (
-            f"{base.description}, x {what} {change:+.1f}% (median of {len(sessions)} "
-            f"same-session pair{'s' if len(sessions) != 1 else ''}: {per_session})"
+        step = Step(
+            what,
+            change,
+            tuple((r - 1) * 100 for r in _session_ratios(pairs)),
+            None if measured is None else (own.value / measured.value - 1.0) * 100.0,
         )
-        rows = tuple(dict.fromkeys((*base.rows, *(p.row for p in pairs), *own.rows)))
-        tier = _weaker(_weaker(base.tier, own.tier), pairs[0].row.tier)
+        steps = (*base.steps, step)
+        desc = f"{own.description}; " + "; ".join(s.text() for s in steps)
+        rows = tuple(dict.fromkeys((*own.rows, *(p.row for p in pairs), *base.rows)))
         pair_list = base.pairs
         if what.startswith("FP16"):
             by_session: dict[str, list[Pair]] = {}
@@ -404,17 +451,20 @@ class Evidence:
                 for group in by_session.values()
             )
         return Figure(
-            scaled.value,
-            low,
-            high,
-            tier,
+            own.value,
+            own.low,
+            own.high,
+            own.tier,
             desc,
             rows,
-            tuple(dict.fromkeys((*base.sessions, *sessions))),
+            own.sessions,
             own.power_w,
             own.throughput_tok_s,
-            base.spread_known or own.spread_known,
+            own.spread_known,
             pair_list,
+            chained=base.paired_value * ratio,
+            steps=steps,
+            measurements=own.measurements,
         )
 
 
@@ -430,12 +480,24 @@ def _weaker(first: str, second: str) -> str:
     return first if order.get(first, 9) >= order.get(second, 9) else second
 
 
-def _power_throughput(rows: list[ReferenceRow]) -> tuple[float | None, float | None]:
+def _power_throughput(
+    sessions: list[list[ReferenceRow]],
+) -> tuple[float | None, float | None]:
+    """The median over sessions of each session's mean power and throughput (the figure's
+    power is re-derived from its energy and this throughput where both are known)."""
+
+    def median(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
     def mean(values):
         values = [v for v in values if v is not None]
         return statistics.fmean(values) if values else None
 
-    return mean(r.power_w for r in rows), mean(r.throughput_tok_s for r in rows)
+    return (
+        median(mean(r.power_w for r in group) for group in sessions),
+        median(mean(r.throughput_tok_s for r in group) for group in sessions),
+    )
 
 
 _cache: dict[tuple, Evidence] = {}

@@ -25,6 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ecoguard.knowledge import tables
+from ecoguard.knowledge.envelope import within_envelope
 from ecoguard.knowledge.evidence import ConfigKey, Evidence, Figure, _weaker, session_of
 from ecoguard.knowledge.fitting import lerp_log, loglog, lstsq2
 from ecoguard.knowledge.records import GpuProfile, ReferenceRow
@@ -45,16 +46,20 @@ class Choices:
       every pair of measured GPUs sharing a configuration; ``tdp-bandwidth``: both exponents 1;
       ``identity``: J/token taken as equal.
     - ``size_before_inverse``: FP16 by size interpolation before FP16 from a quantized figure
-      and its change.
+      and its change. Off since offloaded rows left the fits (issue 30): the inverse ratio
+      first scores 24.6% / 32.6% p90 (configuration / GPU hold-out) against 29.3% / 29.8%.
     - ``ratio_hold``: how far (x the nearest measured size) a precision's change is held.
     - ``ols_extrapolation``: beyond the measured sizes, a least-squares line over every size
       rather than the slope of the two nearest.
+    - ``envelope``: carried figures checked against the physical envelope
+      (:mod:`ecoguard.knowledge.envelope`) and brought inside it.
     """
 
     carrier: str = "fitted"
-    size_before_inverse: bool = True
+    size_before_inverse: bool = False
     ratio_hold: float = 2.5
     ols_extrapolation: bool = True
+    envelope: bool = True
 
 
 SHIPPED = Choices()
@@ -242,7 +247,10 @@ def _batch_rung(ev: Evidence, q: Query) -> Basis | None:
     if base is None or ratio is None:
         return None
     value, desc, rows = ratio
-    fig = base.scaled(value, value, value)
+    # Nothing was measured at this batch size: the figure follows the paired chain (the
+    # measured batch size's chained figure x the batch curve), as a comparison would.
+    chained = base.paired_value / base.value
+    fig = base.scaled(value * chained, value * chained, value * chained)
     return Basis(
         fig,
         "batch",
@@ -498,12 +506,17 @@ def cross_gpu(ev: Evidence, q: Query) -> Basis | None:
     )
     if basis0.throughput_tok_s:
         tput = basis0.throughput_tok_s * q.gpu.mem_bandwidth_gbs / ref0.mem_bandwidth_gbs
+    if CHOICES.envelope and q.params_b is not None:
+        fig, tput, note = within_envelope(
+            ev, q.gpu, q.model_key, q.params_b, q.precision, q.batch_size, fig, tput
+        )
+        method += note
     return Basis(
         fig,
         "cross-gpu",
         method,
         tuple(ref.key for ref, _, _, _ in carried),
-        power_w=center * tput / 1000.0 if tput else None,
+        power_w=fig.value * tput / 1000.0 if tput else None,
         throughput_tok_s=tput,
     )
 

@@ -55,16 +55,18 @@ def impact_between(
 ) -> tuple[Impact | None, tuple[str, ...]]:
     """(impact, evidence row ids) of running ``deployment`` instead of ``fixed``.
 
-    ``extra_energy_pct`` compares energy per request (J); the monthly figures are at
-    ``settings.monthly_requests`` and the region's price as the estimator applies it.
+    ``extra_energy_pct`` compares energy per request (J) on the paired chain (a measured
+    configuration's same-session changes, not the ratio of two medians of different sessions);
+    the monthly figures are at ``settings.monthly_requests`` and the region's price as the
+    estimator applies it, on the same basis.
     """
     before = estimate_or_none(deployment, settings)
     after = estimate_or_none(fixed, settings)
     if before is None or after is None:
         return None, ()
     rows = tuple(dict.fromkeys((*before.rows, *after.rows)))
-    before_j = before.energy_per_request_j
-    after_j = after.energy_per_request_j
+    before_j, before_scale = _paired(before)
+    after_j, after_scale = _paired(after)
     if before_j is None or after_j is None or after_j <= 0:
         return None, rows
     if tuple(before.rows) == tuple(after.rows) and before_j == after_j:
@@ -76,9 +78,9 @@ def impact_between(
     before_m, after_m = getattr(before, "monthly", None), getattr(after, "monthly", None)
     if before_m is not None and after_m is not None:
         if before_m.cost_usd is not None and after_m.cost_usd is not None:
-            extra_usd = before_m.cost_usd - after_m.cost_usd
+            extra_usd = before_m.cost_usd * before_scale - after_m.cost_usd * after_scale
         if before_m.energy_kwh is not None and after_m.energy_kwh is not None:
-            extra_kwh = before_m.energy_kwh - after_m.energy_kwh
+            extra_kwh = before_m.energy_kwh * before_scale - after_m.energy_kwh * after_scale
     sources = tuple(dict.fromkeys((*before.sources, *after.sources)))
     method = f"estimate(before) vs estimate(after): {before.method}; {after.method}"
     paired = _paired_changes(before, after)
@@ -94,6 +96,17 @@ def impact_between(
         paired_sessions=len(paired),
     )
     return impact, rows
+
+
+def _paired(estimate: Any) -> tuple[float | None, float]:
+    """(J per request on the paired chain, its ratio to the figure shown). A measured
+    configuration shows its own sessions' median, but two configurations compare by their
+    same-session changes (the chained figure), so alerts and $ follow the paired delta."""
+    shown = estimate.energy_per_request_j
+    paired = getattr(estimate, "paired_energy_per_request_j", None)
+    if shown is None or paired is None or shown <= 0:
+        return shown, 1.0
+    return paired, paired / shown
 
 
 def _paired_changes(before: Any, after: Any) -> list[float]:

@@ -67,9 +67,10 @@ def test_estimate_compare_optimize_and_the_alert_agree_to_the_joule():
         quant=QuantSpec(method="bitsandbytes", bits=8, quant_type="int8", int8_threshold=0.0),
     )
     impact, _rows = impact_between(mixed, pure, settings)
+    # Alerts read the paired chain (same-session changes), not the ratio of two medians.
     expected = (
-        estimate(mixed, settings=settings).energy_per_request_j
-        / estimate(pure, settings=settings).energy_per_request_j
+        estimate(mixed, settings=settings).paired_energy_per_request_j
+        / estimate(pure, settings=settings).paired_energy_per_request_j
         - 1
     ) * 100
     assert impact is not None and impact.extra_energy_pct == pytest.approx(expected, abs=0.05)
@@ -193,9 +194,11 @@ def test_validation_meets_the_targets_and_the_shipped_table_is_current():
     must be byte-identical to the shipped one."""
     result = {mode: summary(holdout_points(mode), mode) for mode in MODES}
     loco, logo = result["config"], result["gpu"]
-    assert loco["answered"] == loco["configurations"] >= 80
-    assert loco["median_abs_error_pct"] <= 10 and loco["p90_abs_error_pct"] <= 30
-    assert logo["median_abs_error_pct"] <= 25 and logo["p90_abs_error_pct"] <= 60
+    # 79 since the offloaded T4 Qwen2-7B FP16 row left the data the estimator reads (issue 30).
+    assert loco["answered"] == loco["configurations"] >= 79
+    # Issue 30: no worse than before measured figures answered for themselves.
+    assert loco["median_abs_error_pct"] <= 9.5 and loco["p90_abs_error_pct"] <= 29
+    assert logo["median_abs_error_pct"] <= 16.5 and logo["p90_abs_error_pct"] <= 33
     for s in (loco, logo):
         assert 75 <= s["coverage_pct"] <= 95 and s["median_width_pct"] <= 100
     check = subprocess.run(
@@ -213,7 +216,7 @@ def test_validation_meets_the_targets_and_the_shipped_table_is_current():
     # Every other design choice is scored and really changes the ladder (its branch runs): no
     # alternative scores exactly like the shipped set in both hold-outs.
     assert set(shipped["choices"]) == {
-        "inverse ratio before size",
+        "size before inverse ratio",
         "ratio held 2x (as sizes)",
         "two-nearest-sizes slope",
     }
