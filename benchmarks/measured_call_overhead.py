@@ -82,10 +82,13 @@ def _prepared_output(ids: Any) -> Any:
 
 
 def _settings(config: str, ledger_dir: Path) -> dict[str, Any]:
-    if config == "guard":
-        return {"mode": "warn", "measure": False}
+    """install() arguments for one configuration. A Settings object, not keywords: install()
+    drops keywords that are None, so ``ledger_path=None`` would leave the user's ledger on."""
+    from ecoguard.config import Settings
+
     ledger = ledger_dir / "ledger.sqlite" if config.endswith("ledger") else None
-    return {"mode": "warn", "measure": True, "backend": "nvml", "ledger_path": ledger}
+    measure = config != "guard"
+    return {"settings": Settings(mode="warn", measure=measure, backend="nvml", ledger_path=ledger)}
 
 
 def _added_cpu_us(model: Any, ids: Any, mask: Any, output: Any, args: argparse.Namespace) -> dict:
@@ -114,7 +117,7 @@ def _added_cpu_us(model: Any, ids: Any, mask: Any, output: Any, args: argparse.N
                 # Rotate the order so no configuration always runs first after a switch.
                 for config in CONFIGS[index % 3 :] + CONFIGS[: index % 3]:
                     install(**_settings(config, Path(tmp)))
-                    _warm(model, ids, mask, guarded, cls)
+                    _warm(model, ids, mask, guarded, cls, config)
                     before, inside, after = timed(no_op_generate), timed(guarded), None
                     after = timed(no_op_generate)
                     figures[config].append(inside - (before + after) / 2)
@@ -125,11 +128,14 @@ def _added_cpu_us(model: Any, ids: Any, mask: Any, output: Any, args: argparse.N
     return {config: statistics.median(values) * 1e6 for config, values in figures.items()}
 
 
-def _warm(model: Any, ids: Any, mask: Any, guarded: Any, cls: Any) -> None:
+def _warm(model: Any, ids: Any, mask: Any, guarded: Any, cls: Any, config: str) -> None:
     from ecoguard.energy import get_meter
+    from ecoguard.export.ledger import get_ledger
 
     cls.generate = guarded
     meter = get_meter()
+    assert (meter is not None) == (config != "guard"), config
+    assert (get_ledger() is not None) == config.endswith("ledger"), config
     if meter is not None:
         meter.wait_ready(5.0)
     for _ in range(50):
