@@ -89,14 +89,14 @@ def build_registry(settings: Any, meter: Any, multiproc_dir: str | None) -> Any:
     when ``multiproc_dir`` is given. No generation aggregates of its own: the sidecar serves no
     generate calls."""
     from prometheus_client import CollectorRegistry
-    from prometheus_client.multiprocess import MultiProcessCollector
 
     from ecoguard.export.prometheus import EcoguardCollector  # lazy: prometheus_client
+    from ecoguard.export.prometheus.multiprocess import WorkerFilesCollector  # lazy: same
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EcoguardCollector(aggregates=None, meter=meter, settings=settings))
     if multiproc_dir is not None:
-        MultiProcessCollector(registry, path=multiproc_dir)
+        WorkerFilesCollector(registry, path=multiproc_dir)
     return registry
 
 

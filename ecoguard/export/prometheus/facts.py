@@ -29,6 +29,7 @@ from ecoguard.export.prometheus.spec import (
     REQUEST_ENERGY,
     MetricSpec,
 )
+from ecoguard.export.prometheus.text import encodable
 from ecoguard.faults import record_fault
 from ecoguard.findings import Finding
 from ecoguard.knowledge.estimator import batch_energy_ratio
@@ -71,10 +72,12 @@ FindingEventInput = FindingEventLike | tuple[FindingLike, ...] | Finding
 
 
 def label(value: object) -> str:
-    """A label value: an enum's value, stripped text, ``unknown`` for None or blank."""
+    """A label value: an enum's value, stripped text, ``unknown`` for None or blank; text UTF-8
+    cannot encode is escaped (:func:`~ecoguard.export.prometheus.text.encodable`), so that it
+    reaches the worker files and the scrape as its own series."""
     if value is None:
         return UNKNOWN
-    text = str(value.value if isinstance(value, Enum) else value).strip()
+    text = encodable(str(value.value if isinstance(value, Enum) else value).strip())
     return text or UNKNOWN
 
 

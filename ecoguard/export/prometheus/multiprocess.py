@@ -10,13 +10,16 @@ docs/metrics.md.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from ecoguard import events
 from ecoguard.config import Settings
@@ -39,6 +42,7 @@ from ecoguard.export.prometheus.spec import (
     WORKER_METRICS,
     MetricSpec,
 )
+from ecoguard.faults import record_fault
 
 _log = logging.getLogger("ecoguard.metrics")
 
@@ -187,3 +191,55 @@ def relock_after_fork() -> None:
     """A fresh lock in a forked child (a parent thread may have held it at the fork)."""
     global _worker_lock
     _worker_lock = threading.Lock()
+
+
+class WorkerFilesCollector(MultiProcessCollector):
+    """The sidecar's merge of the workers' files, one damaged file skipped, never the scrape.
+
+    prometheus_client's collector raises on an empty or damaged ``*.db`` file (a worker killed
+    while creating it, a full disk, a stray file), which made every scrape a 500, GPU metrics
+    included, with nothing logged. Here the files are merged together as before; when that
+    fails, each is tried alone and the unreadable ones are left out, each logged once (and
+    counted as fault ``metrics.worker_file``) per damaged state of the file."""
+
+    def __init__(self, registry: CollectorRegistry | None, path: str) -> None:
+        self._reported: set[tuple[str, int, int]] = set()
+        super().__init__(registry, path=path)
+
+    def collect(self) -> Iterable[Metric]:
+        files = sorted(glob.glob(os.path.join(self._path, "*.db")))
+        try:
+            return self.merge(files, accumulate=True)
+        except Exception:
+            readable = [path for path in files if self._readable(path)]
+        try:
+            return self.merge(readable, accumulate=True)
+        except Exception as exc:  # files readable alone that cannot be merged together
+            record_fault("metrics.worker_file", exc)
+            return []
+
+    def _readable(self, path: str) -> bool:
+        try:
+            self.merge([path], accumulate=True)
+            return True
+        except Exception as exc:
+            self._report(path, exc)
+            return False
+
+    def _report(self, path: str, exc: Exception) -> None:
+        try:
+            stat = os.stat(path)
+            state = (path, stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            return  # gone since the listing (a worker's file removed): nothing to report
+        if state in self._reported:
+            return
+        self._reported.add(state)
+        record_fault("metrics.worker_file", exc)
+        _log.error(
+            "ecoguard: skipping the damaged worker metrics file %s (%d bytes: %s); the other "
+            "workers' counters are still served. Remove it once its worker has stopped.",
+            path,
+            stat.st_size,
+            exc.__class__.__name__ if not str(exc) else f"{exc.__class__.__name__}: {exc}",
+        )

@@ -5,6 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from ecoguard.faults import record_fault
+from ecoguard.printable import valid_utf8
+
 _TEXT_TYPES = {
     "info": "gauge",
     "stateset": "gauge",
@@ -14,7 +17,26 @@ _TEXT_TYPES = {
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
 
 
+def encodable(value: str) -> str:
+    """``value`` as a label value that UTF-8 can encode: undecodable bytes (the surrogate escapes
+    ``os.fsdecode`` makes, ``"evil\\udcff"``) as ``\\xff`` text, any other lone surrogate as
+    ``\\ud800`` text; other text unchanged. One bad name costs only its own series' spelling,
+    never the scrape (it made every scrape a 500). Counted as fault ``metrics.label_escaped``."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError as exc:
+        record_fault("metrics.label_escaped", exc)
+    try:
+        return valid_utf8(value)
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte (JSON "\\ud800")
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _escape_label_value(value: str) -> str:
+    value = encodable(value)
     if "\\" in value or "\n" in value or '"' in value:
         return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
     return value
