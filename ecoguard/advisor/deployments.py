@@ -32,7 +32,6 @@ from ecoguard.advisor.question import (
 from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
-from ecoguard.engines.engine_args import served_by
 from ecoguard.errors import UnknownGpuError, UsageError
 from ecoguard.faults import record_fault
 from ecoguard.knowledge import (
@@ -165,6 +164,9 @@ def served_as_stated(
     if compute_dtype is not None and dep.quant.method is not None:
         dep = dep.with_(quant=replace(dep.quant, compute_dtype=compute_dtype), dtype=compute_dtype)
     if engine is not None:
+        # The engines package costs every other `ecoguard advise` process ~8 ms (-X importtime).
+        from ecoguard.engines.engine_args import served_by  # lazy: only when an engine is named
+
         dep = served_by(dep, engine)[0]
     return dep
 

@@ -10,23 +10,24 @@ returns a typed result; none raises on odd input. Patterns are bounded and linea
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from ecoguard.advisor.numbers import NUMBER, first_group, parse_number
+from ecoguard.advisor.numbers import NUMBER, first_group, lazy_pattern, parse_number
 from ecoguard.advisor.texts import Text
 from ecoguard.advisor.words import Word, following
 
 # ---------------------------------------------------------------------------------------------
 # Serving hours a day
 
-_HOURS = re.compile(rf"({NUMBER})\s*(?:hours?|hrs?|h|个小时|小时)(?![a-z])", re.I)
+_HOURS = lazy_pattern(rf"({NUMBER})\s*(?:hours?|hrs?|h|个小时|小时)(?![a-z])", re.I)
 _DAY_AFTER = ("a day", "per day", "/day", "each day", "every day", "daily", "每天", "一天")
 _ALL_DAY = ("24/7", "全天候", "24小时不间断", "around the clock", "round the clock")
 
 
 def hours_per_day(masked: str, lower: str) -> float | None:
     """``8 hours a day`` -> 8; ``每天运行 8 小时`` -> 8; ``24/7`` -> 24."""
-    for m in _HOURS.finditer(masked):
+    said_day = any(w in lower for w in _DAY_AFTER)  # a day word is needed either way
+    for m in _HOURS().finditer(masked) if said_day else ():
         before = masked[max(0, m.start() - 12) : m.start()].lower()
         after = masked[m.end() : m.end() + 14].lower()
         if any(w in after for w in _DAY_AFTER) or "每天" in before:
@@ -64,8 +65,7 @@ USE_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class UseFact:
+class UseFact(NamedTuple):
     """The use a question describes. ``use`` None: nothing in it says (a default applies).
     ``serving``: requests from many users arrive over time, so batching them is possible."""
 
@@ -128,24 +128,29 @@ def _serving_reason(concurrency: int | None, volume: bool, production: bool) -> 
 # ---------------------------------------------------------------------------------------------
 # The serving engine (its kernels decide which traps apply: ``ecoguard.engines.engine_args``)
 
-_ENGINE_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("vllm", re.compile(r"\bvllm\b", re.I)),
-    ("sglang", re.compile(r"\bsglang\b", re.I)),
-    ("tgi", re.compile(r"\btgi\b|text[-_ ]generation[-_ ]inference", re.I)),
-    ("tensorrt_llm", re.compile(r"tensorrt[-_ ]?llm|\btrt[-_ ]?llm\b", re.I)),
-    ("llamacpp", re.compile(r"llama\.cpp|llama-server|\bllamacpp\b", re.I)),
+# (engine, a word every mention holds, the pattern that confirms it)
+_ENGINE_WORDS: tuple[tuple[str, str, str], ...] = (
+    ("vllm", "vllm", r"\bvllm\b"),
+    ("sglang", "sglang", r"\bsglang\b"),
+    ("tgi", "t", r"\btgi\b|text[-_ ]generation[-_ ]inference"),
+    ("tensorrt_llm", "llm", r"tensorrt[-_ ]?llm|\btrt[-_ ]?llm\b"),
+    ("llamacpp", "llama", r"llama\.cpp|llama-server|\bllamacpp\b"),
 )
 
 
 def serving_engine(text: str) -> str | None:
     """The serving engine the question names (``served by vLLM``, ``on TGI``), or None."""
-    return next((engine for engine, rx in _ENGINE_WORDS if rx.search(text)), None)
+    lower = text.lower()
+    for engine, word, pattern in _ENGINE_WORDS:
+        if word in lower and re.search(pattern, lower):
+            return engine
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
 # Where the GPU runs: a local machine has no data-centre overhead (PUE 1.0)
 
-_LOCAL = re.compile(
+_LOCAL = lazy_pattern(
     r"\bat home\b|\bhome lab\b|\bhomelab\b|\bmy (?:own )?(?:local )?(?:pc|desktop|computer|"
     r"workstation|machine|gaming pc|rig)\b|\blocal(?:ly)? (?:gpu|machine|pc|box)\b|"
     r"\bmy local\b|\bon[- ]prem(?:ise|ises)? desktop\b|家里|在家|本地|自己的电脑|台式机|个人电脑",
@@ -156,7 +161,14 @@ LOCAL_PUE = 1.0
 
 def local_machine(text: str) -> bool:
     """The GPU runs on the user's own machine (no facility overhead counted: PUE 1.0)."""
-    return bool(_LOCAL.search(text))
+    lower = text.lower()
+    if not any(w in lower for w in _LOCAL_GATE):
+        return False
+    return bool(_LOCAL().search(text))
+
+
+# Words one of which every _LOCAL match holds (a cheap test before the pattern is compiled).
+_LOCAL_GATE = ("home", "my ", "local", "prem", "家", "本地", "自己", "台式", "个人")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,17 +193,16 @@ def _cur(tag: str) -> str:
 
 _CUR = _cur("c")
 _KWH = r"(?:/|per|a|每|一)\s*(?:kwh|kw·h|kw h|度|千瓦时)"
-_PRICE_BEFORE = re.compile(rf"(?:{_CUR})\s*({NUMBER})\s*{_KWH}", re.I)
-_PRICE_AFTER = re.compile(rf"({NUMBER})\s*(?:{_CUR})\s*{_KWH}", re.I)
-_PRICE_WORD = re.compile(
+_PRICE_BEFORE = lazy_pattern(rf"(?:{_CUR})\s*({NUMBER})\s*{_KWH}", re.I)
+_PRICE_AFTER = lazy_pattern(rf"({NUMBER})\s*(?:{_CUR})\s*{_KWH}", re.I)
+_PRICE_WORD = lazy_pattern(
     rf"(?:电价|electricity (?:price|costs?|is)|power price)\s*(?:是|为|=|:|：|of|is)?\s*"
     rf"(?:(?:{_CUR})\s*)?({NUMBER})\s*(?:{_cur('d')})?",
     re.I,
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Price:
+class Price(NamedTuple):
     per_kwh: float
     currency: str  # ISO code: USD, EUR, GBP, CNY, JPY, INR
     source: str
@@ -207,14 +218,18 @@ def _currency_of(match: re.Match[str]) -> str | None:
 
 def electricity_price(masked: str) -> Price | None:
     """``$0.15/kWh``, ``€0.25/kWh``, ``0.6 元/度``, ``12 cents per kWh``, ``电价 0.6 元``."""
-    for rx in (_PRICE_BEFORE, _PRICE_AFTER, _PRICE_WORD):
+    lower = masked.lower()
+    if not any(w in lower for w in ("kwh", "kw", "度", "电价", "electricity", "power price")):
+        return None
+    for lazy in (_PRICE_BEFORE, _PRICE_AFTER, _PRICE_WORD):
+        rx = lazy()
         m = rx.search(masked)
         if not m:
             continue
         number = next(g for g in m.groups() if g is not None and re.fullmatch(NUMBER, g.strip()))
         value = float(number.replace(",", ""))
         code = _currency_of(m)
-        if rx is _PRICE_WORD and code is None:
+        if lazy is _PRICE_WORD and code is None:
             continue
         if code == "USD-cent":
             value, code = value / 100.0, "USD"
@@ -225,7 +240,7 @@ def electricity_price(masked: str) -> Price | None:
 # ---------------------------------------------------------------------------------------------
 # The currency asked for, an exchange rate, and the price
 
-_RE_RATE = re.compile(
+_RE_RATE = lazy_pattern(
     rf"(?:rate|汇率|exchange rate)\s*(?:of|is|=|:|：|为)?\s*({NUMBER})"
     rf"|1\s*(?:usd|\$|美元|dollar)\s*=\s*({NUMBER})\s*(?:cny|rmb|元|人民币|yuan)"
     rf"|({NUMBER})\s*(?:cny|rmb|元|yuan)\s*(?:/|per|每)\s*(?:usd|\$|美元|dollar)"
@@ -234,12 +249,15 @@ _RE_RATE = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class MoneyFacts:
+class MoneyFacts(NamedTuple):
     currency: str = "USD"
     cny_per_usd: float | None = None
     price_per_kwh: float | None = None
     price_currency: str | None = None
+
+
+# Words one of which every _RE_RATE match holds.
+_RATE_GATE = ("rate", "汇率", "usd", "$", "美元", "dollar")
 
 
 def money(lower: str, masked: str, language: str) -> MoneyFacts:
@@ -252,7 +270,7 @@ def money(lower: str, masked: str, language: str) -> MoneyFacts:
         and "美元" not in lower
     ):
         currency = "CNY"
-    m = _RE_RATE.search(masked)
+    m = _RE_RATE().search(masked) if any(w in lower for w in _RATE_GATE) else None
     rate = parse_number(first_group(m)) if m else None
     price = electricity_price(masked)
     if price is None:
@@ -335,13 +353,13 @@ def region(words: list[Word]) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # Source files named, and code pasted into a question
 
-_CODE_SIGNS = re.compile(
+_CODE_SIGNS = lazy_pattern(
     r"from_pretrained\s*\(|BitsAndBytesConfig\s*\(|TorchAoConfig\s*\(|\.generate\s*\(|"
     r"^\s*(?:from\s+[\w.]+\s+)?import\s+\w|quantization_config\s*=|torch\.compile\s*\(",
     re.M,
 )
 # Where code starts on a line of prose: an assignment, an import, or a known call.
-_CODE_START = re.compile(
+_CODE_START = lazy_pattern(
     r"(?:^|(?<=[\s:：`]))(?:[A-Za-z_][\w.]*\s*=\s*[A-Za-z_][\w.]*\s*[(.]|from\s+[\w.]+\s+import\b|"
     r"import\s+\w|[A-Za-z_][\w.]*\.from_pretrained\s*\(|from_pretrained\s*\(|BitsAndBytesConfig\s*\()",
     re.M,
@@ -351,12 +369,14 @@ _CODE_START = re.compile(
 def pasted_code(text: str) -> str | None:
     """The Python code pasted into a question, or None. Fenced blocks first; else from the
     first line that starts code to the end (trailing prose after a closing bracket dropped)."""
-    if not _CODE_SIGNS.search(text):
+    if ("(" not in text and "import" not in text and "=" not in text) or not _CODE_SIGNS().search(
+        text
+    ):
         return None
     fence = re.search(r"```(?:python|py)?\n?(.{1,10000}?)```", text, re.S)
     if fence:
         return fence.group(1).strip() or None
-    m = _CODE_START.search(text)
+    m = _CODE_START().search(text)
     if not m:
         return None
     code = text[m.start() :].strip().strip("`")

@@ -13,6 +13,7 @@ from ecoguard.advisor.accelerators import NVIDIA_CARDS, Vendor, find_vendor
 from ecoguard.advisor.accelerators import fold as fold_card
 from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.model_names import NOT_MODEL_AFTER
+from ecoguard.advisor.numbers import lazy_pattern
 from ecoguard.advisor.words import Word, following
 
 GpuMention = tuple[int, int, str]  # (start, end, normalised name)
@@ -94,7 +95,7 @@ def _in_table(words: list[Word], i: int, key: str, nxt: str) -> GpuMention:
     elif nxt in _FORM_FACTORS and norm in ("h100", "a800", "a100"):
         norm, stop = f"{norm} {nxt}", words[i + 1][1]  # "H100 PCIe": its own profile
     for j in range(i + 1, min(i + 3, len(words))):
-        if _MEMORY_SIZE.fullmatch(words[j][2]) or (
+        if _MEMORY_SIZE().fullmatch(words[j][2]) or (
             words[j][2].isdigit() and following(words, j) == "gb"
         ):
             stop = words[j + 1][1] if words[j][2].isdigit() else words[j][1]
@@ -102,7 +103,7 @@ def _in_table(words: list[Word], i: int, key: str, nxt: str) -> GpuMention:
     return (start, stop, norm)
 
 
-_MEMORY_SIZE = re.compile(r"\d{2,3}\s*gb?", re.I)
+_MEMORY_SIZE = lazy_pattern(r"\d{2,3}\s*gb?", re.I)
 
 
 def _off_table(words: list[Word], i: int, key: str, nxt: str) -> GpuMention | None:
@@ -173,18 +174,17 @@ _COUNT_WORDS = {
     "一": 1, "二": 2, "两": 2, "双": 2, "三": 3, "四": 4, "五": 5, "六": 6, "八": 8, "单": 1,
 }  # fmt: skip
 _COUNT = r"(\d{1,3}|one|two|three|four|five|six|eight|sixteen|[一二两双三四五六八单])"
-_TIMES = re.compile(r"^(\d{1,3})\s*[x×]$|^[x×](\d{1,3})$", re.I)
+_TIMES = r"^(\d{1,3})\s*[x×]$|^[x×](\d{1,3})$"
+# Read only when the question holds one of _COUNT_GATE (compiled by re's cache on first use).
+_COUNT_GATE = ("tp", "tensor", "gpu", "card", "张", "块", "卡")
 _COUNT_PATTERNS = (
-    # "tp=4", "tensor parallel size 4", "--tensor-parallel-size 4", "TP4"
-    re.compile(
-        r"(?:\btp|tensor[\s_-]?parallel(?:[\s_-]?size)?|--tp-size|tp_size)\s*(?:=|:|of|is)?\s*"
-        r"(\d{1,3})\b",
-        re.I,
-    ),
+    # "tp=4", "tensor parallel size 4", "--tensor-parallel-size 4", "tp_size=4"
+    r"(?i)(?:\btp|tensor[\s_-]?parallel(?:[\s_-]?size)?|--tp-size|tp_size)\s*(?:=|:|of|is)?\s*"
+    r"(\d{1,3})\b",
     # "2 GPUs", "two cards", "8 x GPUs"
-    re.compile(rf"(?<![\w.]){_COUNT}\s*(?:x\s*)?(?:gpus|cards|graphics cards)\b", re.I),
+    rf"(?i)(?<![\w.]){_COUNT}\s*(?:x\s*)?(?:gpus|cards|graphics cards)\b",
     # "两张 A800", "4张卡", "4 块 GPU", "4卡", "双卡"
-    re.compile(rf"(?<![\d.]){_COUNT}\s*(?:张|块(?!钱)|卡)"),
+    rf"(?<![\d.]){_COUNT}\s*(?:张|块(?!钱)|卡)",
 )
 
 
@@ -192,7 +192,10 @@ def gpu_count(text: str, words: list[Word], gpus: list[GpuMention]) -> tuple[int
     """How many GPUs the question serves on (None: not said), and whether it says tensor
     parallel. Read around the GPU's name (``4x A100``, ``A100 x4``, ``two A800s``) or from
     words anywhere (``2 GPUs``, ``tp=4``, ``两张``, ``4卡``)."""
-    parallel = bool(re.search(r"tensor[\s_-]?parallel|\btp\s*=|张量并行", text, re.I))
+    lower = text.lower()
+    parallel = ("t" in lower or "并行" in text) and bool(
+        re.search(r"tensor[\s_-]?parallel|\btp\s*=|张量并行", lower)
+    )
     starts = {start for start, _e, _n in gpus}
     for i, (start, _end, _raw) in enumerate(words):
         if start not in starts:
@@ -200,13 +203,15 @@ def gpu_count(text: str, words: list[Word], gpus: list[GpuMention]) -> tuple[int
         before = words[i - 1][2].lower() if i > 0 else ""
         if before in ("x", "×") and i > 1:
             before = words[i - 2][2].lower() + "x"
-        m = _TIMES.match(before) or _TIMES.match(following(words, i))
+        m = re.match(_TIMES, before) or re.match(_TIMES, following(words, i))
         if m:
             return int(m.group(1) or m.group(2)), parallel
         if before.isdigit() or before in _COUNT_WORDS:
             return _count_value(before), parallel
+    if not any(w in lower for w in _COUNT_GATE):
+        return None, parallel
     for pattern in _COUNT_PATTERNS:
-        m = pattern.search(text)
+        m = re.search(pattern, text)
         if m:
             return _count_value(m.group(1).lower()), parallel
     return None, parallel

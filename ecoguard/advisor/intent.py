@@ -5,7 +5,7 @@ estimate, diagnose, audit), from its words in English or Chinese and the facts f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ecoguard.errors import UsageError
 
@@ -127,8 +127,7 @@ _ESTIMATE_WORDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ProtocolSignals:
+class ProtocolSignals(NamedTuple):
     """The facts that steer the protocol choice besides the question's words."""
 
     paths: tuple[str, ...] = ()

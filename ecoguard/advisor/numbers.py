@@ -8,6 +8,8 @@ time linear in its input, so a 10 kB question cannot stall the parser.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import cache
 
 # A plain number: thousands separators or a decimal part. Bounded repeats, and it may only start
 # where no digit precedes it, so a 10,000-digit run costs one attempt, not 10,000 (a regex that
@@ -48,6 +50,13 @@ _CN_DIGITS = {
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000}
 _CN_BIG = {"万": 10_000, "亿": 100_000_000}
 CN_NUMBER = r"(?<![零一二两三四五六七八九十百千万亿])[零一二两三四五六七八九十百千万亿]{1,12}"
+
+
+def lazy_pattern(source: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
+    """A regular expression compiled on first use, then kept: ``_PRICE = lazy_pattern(...)``,
+    used as ``_PRICE().search(text)``. Compiling every pattern at import cost each ``ecoguard
+    advise`` process about 20 ms, most of it for patterns a given question never needs."""
+    return cache(lambda: re.compile(source, flags))
 
 
 def parse_number(text: str) -> float:

@@ -16,6 +16,7 @@ in order and checks the contradictions between them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ecoguard.advisor.accelerators import Vendor
 from ecoguard.advisor.conversions import Conversion
@@ -202,8 +203,7 @@ def detect_language(text: str) -> str:
 # The readers, in order
 
 
-@dataclass(frozen=True, slots=True)
-class _Names:
+class _Names(NamedTuple):
     """What the question names or pastes: the model, the GPUs, another vendor's accelerator,
     source files or code, the precisions (refined by code flags); and where the model and GPU
     names stand, to mask them before numbers are read."""
@@ -245,8 +245,7 @@ def _read_names(question: str, conversions: list[Conversion]) -> _Names:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Figures:
+class _Figures(NamedTuple):
     """The deployment figures stated: batch sizes (smallest first), lengths, measured figures."""
 
     batch_sizes: tuple[int, ...]
@@ -260,8 +259,7 @@ def _read_figures(masked: str, lower: str, conversions: list[Conversion]) -> _Fi
     return _Figures(sizes, lengths(masked, conversions), observed(masked, conversions))
 
 
-@dataclass(frozen=True, slots=True)
-class _Work:
+class _Work(NamedTuple):
     """How much work, when, for whom and at what price."""
 
     hours: float | None

@@ -7,21 +7,22 @@ deployment record's canonical names.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ecoguard.advisor.numbers import NUMBER
 from ecoguard.advisor.words import Word
 from ecoguard.deployment import PRECISION_ALIASES
 from ecoguard.errors import UsageError
 
-_CODE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"load_in_8bit\s*=\s*true", re.I), "int8_mixed"),
-    (re.compile(r"load_in_4bit\s*=\s*true", re.I), "nf4"),
-    (re.compile(r"(?:torch_)?dtype\s*=\s*(?:torch\.)?(?:float16|half)\b", re.I), "fp16"),
-    (re.compile(r"(?:torch_)?dtype\s*=\s*(?:torch\.)?bfloat16\b", re.I), "bf16"),
-    (re.compile(r"(?:torch_)?dtype\s*=\s*(?:torch\.)?float32\b", re.I), "fp32"),
-    (re.compile(r"float8_dynamic_activation|float8dynamicactivation", re.I), "fp8_dynamic"),
-    (re.compile(r"float8_weight_only|float8weightonly", re.I), "fp8_weight_only"),
+# Code flags (read only from a question that holds "=" or "float8"; compiled by re's cache).
+_CODE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"(?i)load_in_8bit\s*=\s*true", "int8_mixed"),
+    (r"(?i)load_in_4bit\s*=\s*true", "nf4"),
+    (r"(?i)(?:torch_)?dtype\s*=\s*(?:torch\.)?(?:float16|half)\b", "fp16"),
+    (r"(?i)(?:torch_)?dtype\s*=\s*(?:torch\.)?bfloat16\b", "bf16"),
+    (r"(?i)(?:torch_)?dtype\s*=\s*(?:torch\.)?float32\b", "fp32"),
+    (r"(?i)float8_dynamic_activation|float8dynamicactivation", "fp8_dynamic"),
+    (r"(?i)float8_weight_only|float8weightonly", "fp8_weight_only"),
 )
 _ZH_PRECISIONS: tuple[tuple[str, str], ...] = (
     ("纯int8", "int8_pure"),
@@ -67,8 +68,8 @@ def find_precisions(text: str, words: list[Word]) -> list[tuple[int, str]]:
     """Every precision named, ``(position, canonical name)``, in the order written."""
     found: list[tuple[int, str]] = []
     lower = text.lower()
-    for pattern, precision in _CODE_PATTERNS:
-        for m in pattern.finditer(text):
+    for pattern, precision in _CODE_PATTERNS if "=" in text or "float8" in lower else ():
+        for m in re.finditer(pattern, text):
             found.append((m.start(), precision))
     for needle, precision in _ZH_PRECISIONS:
         pos = lower.find(needle)
@@ -87,8 +88,7 @@ def find_precisions(text: str, words: list[Word]) -> list[tuple[int, str]]:
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class CodeFlags:
+class CodeFlags(NamedTuple):
     """Code flags that refine the precisions named (``llm_int8_threshold=0.0`` -> pure INT8)."""
 
     precisions: tuple[str, ...]
@@ -98,10 +98,8 @@ class CodeFlags:
     compute_dtype: str | None = None  # the dtype named beside a load_in_4bit/8bit flag
 
 
-_LOAD_IN = re.compile(r"load_in_(?:4|8)bit\s*=\s*true", re.I)
-_COMPUTE_DTYPE = re.compile(
-    r"bnb_4bit_compute_dtype\s*=\s*(?:torch\.)?(bfloat16|float16|half|float32)\b", re.I
-)
+_LOAD_IN = r"(?i)load_in_(?:4|8)bit\s*=\s*true"
+_COMPUTE_DTYPE = r"(?i)bnb_4bit_compute_dtype\s*=\s*(?:torch\.)?(bfloat16|float16|half|float32)\b"
 _UNQUANTIZED = ("bf16", "fp16", "fp32")
 
 
@@ -109,9 +107,9 @@ def _compute_dtype(question: str, precisions: list[str]) -> tuple[list[str], str
     """With a ``load_in_4bit``/``load_in_8bit`` flag, a dtype named beside it (``bf16``,
     ``torch_dtype=torch.bfloat16``, ``bnb_4bit_compute_dtype``) is the compute dtype of the
     quantized weights, not the precision: the precisions without it, and the dtype."""
-    m = _COMPUTE_DTYPE.search(question)
+    m = re.search(_COMPUTE_DTYPE, question)
     named = PRECISION_ALIASES[m.group(1).lower()] if m else None
-    if not _LOAD_IN.search(question):
+    if not re.search(_LOAD_IN, question):
         return precisions, named
     dtypes = [p for p in precisions if p in _UNQUANTIZED]
     quantized = [p for p in precisions if p not in _UNQUANTIZED]
@@ -124,6 +122,8 @@ def code_flags(question: str, found: list[tuple[int, str]]) -> CodeFlags:
     """The precisions named, refined by the code flags; ``load_in_8bit=True`` with
     ``load_in_4bit=True`` is a contradiction (UsageError)."""
     precisions = list(dict.fromkeys(p for _pos, p in found))
+    if "=" not in question and "compile" not in question:  # no code flag can be set
+        return CodeFlags(tuple(precisions))
     threshold: float | None = None
     m = re.search(rf"llm_int8_threshold\s*=\s*({NUMBER})", question, re.I)
     if m:

@@ -18,7 +18,7 @@ show it. Pure, and linear in the input: patterns have bounded repeats and no nes
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.numbers import (
@@ -26,6 +26,7 @@ from ecoguard.advisor.numbers import (
     NUMBER,
     SCALE,
     format_count,
+    lazy_pattern,
     parse_chinese_number,
     parse_number,
     scale_factor,
@@ -71,7 +72,7 @@ _ADVERBS: dict[str, str] = {
 }
 # "per day", "a day", "/day", "每天", "一个月"; English words need a space after them.
 _PER = r"(?:/\s*|(?:per|a|an|each|every)\s+|每个|一个|每\s*|一)"
-_PERIOD_AFTER = re.compile(
+_PERIOD_AFTER = lazy_pattern(
     r"\s*(?:"
     + _PER
     + r"(?:"
@@ -79,7 +80,7 @@ _PERIOD_AFTER = re.compile(
     + r")|/\s*(?P<abbr>s|min|h|d|mo)\b|(?P<adv>hourly|daily|weekly|monthly|yearly|annually)\b)",
     re.IGNORECASE,
 )
-_PERIOD_BEFORE = re.compile(
+_PERIOD_BEFORE = lazy_pattern(
     r"(?:(?:每|一)(?:个)?\s*(?P<zh>秒钟|秒|分钟|小时|天|日|周|星期|月|年)"
     r"|(?:per|each|every|a)\s+(?P<en>second|minute|hour|day|week|month|year)"
     r"|(?P<adv>hourly|daily|weekly|monthly|yearly|annually))"
@@ -117,7 +118,7 @@ UNITS: tuple[tuple[str, str], ...] = (
         "requests",
     ),
 )
-_UNIT = re.compile(
+_UNIT = lazy_pattern(
     r"\s*(?:" + "|".join(f"(?P<u{i}>{rx})" for i, (rx, _k) in enumerate(UNITS)) + ")",
     re.IGNORECASE,
 )
@@ -160,46 +161,39 @@ MAX_NUMBER_WORDS = 12
 MAX_WORD_NUMBER = 1e12
 _WORD = re.compile(r"[a-z]+", re.IGNORECASE)
 # Pinyin scale words after a number ("100 wan zi", "2 yi tokens", "3 qian"), longest first.
-_PINYIN = re.compile(
+_PINYIN = lazy_pattern(
     rf"({NUMBER})\s*(qian\s*wan|bai\s*wan|wan|yi|qian)\b(?!\s*-?\s*\d)", re.IGNORECASE
 )
 _PINYIN_SCALE = {"qianwan": "千万", "baiwan": "百万", "wan": "万", "yi": "亿", "qian": "千"}
 
 # A quantity: digits with an optional scale (numbers.SCALE), or Chinese numerals.
-_QTY = re.compile(rf"({NUMBER})({SCALE})|({CN_NUMBER})", re.IGNORECASE)
+_QTY = lazy_pattern(rf"({NUMBER})({SCALE})|({CN_NUMBER})", re.IGNORECASE)
 
 # Prefix forms: "QPS 100", "QPS of 100", "日活 10万", "DAU: 50k", "并发 200", "concurrency 64".
-_PREFIX_FORMS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?:qps|rps)\s*(?:of|is|=|:|：|为|是|约|达到|大约)?\s*$", re.I), "qps"),
+_PREFIX_FORMS: tuple[tuple[str, str], ...] = (
+    (r"(?i)(?:qps|rps)\s*(?:of|is|=|:|：|为|是|约|达到|大约)?\s*$", "qps"),
     (
-        re.compile(
-            r"(?:日活(?:跃)?(?:用户)?|dau|daily active users)\s*(?:of|is|=|:|：|为|是|约|有|大约)?\s*$",
-            re.I,
-        ),
+        r"(?i)(?:日活(?:跃)?(?:用户)?|dau|daily active users)\s*(?:of|is|=|:|：|为|是|约|有|大约)?\s*$",
         "dau",
     ),
     (
-        re.compile(
-            r"(?:concurrency|concurrent users|并发(?:数|量|用户|用户数)?|同时在线(?:人数|用户)?)"
-            r"\s*(?:of|is|=|:|：|为|是|约|有|大约|达到)?\s*$",
-            re.I,
-        ),
+        r"(?i)(?:concurrency|concurrent users|并发(?:数|量|用户|用户数)?|同时在线(?:人数|用户)?)"
+        r"\s*(?:of|is|=|:|：|为|是|约|有|大约|达到)?\s*$",
         "concurrency",
     ),
 )
 _PREFIX_KEYS = ("qps", "rps", "dau", "daily active", "日活", "concurren", "并发", "同时在线")
-_SUFFIX_RATE = re.compile(r"\s*(?:qps|rps|req/s|reqs/s|requests/s)\b", re.I)
-_SUFFIX_CONCURRENCY = re.compile(
+_SUFFIX_RATE = lazy_pattern(r"\s*(?:qps|rps|req/s|reqs/s|requests/s)\b", re.I)
+_SUFFIX_CONCURRENCY = lazy_pattern(
     r"\s*(?:concurrent|simultaneous|parallel)\s+(?:users?|requests?|sessions?|streams?|connections?|chats?)"
     r"|\s*(?:个|路|人)?\s*(?:并发|同时在线)"
     r"|\s*(?:users?|people|requests?)\s+(?:at once|at the same time|simultaneously|concurrently|in parallel)",
     re.I,
 )
-_SUFFIX_DAU = re.compile(r"\s*(?:日活|dau\b)", re.I)
+_SUFFIX_DAU = lazy_pattern(r"\s*(?:日活|dau\b)", re.I)
 
 
-@dataclass(frozen=True, slots=True)
-class Quantity:
+class Quantity(NamedTuple):
     """One counted amount: ``kind`` (requests, users, tokens, chars, chinese_chars, words),
     ``count`` as written (scales applied), ``period`` (a key of PERIODS, None for a one-off)."""
 
@@ -211,8 +205,7 @@ class Quantity:
     end: int
 
 
-@dataclass(frozen=True, slots=True)
-class Volume:
+class Volume(NamedTuple):
     """What the question's volumes add up to (None: not stated)."""
 
     requests_per_month: int | None = None
@@ -231,9 +224,11 @@ def words_to_digits(text: str) -> str:
     """``one million`` -> ``1000000``, ``half a million`` -> ``500000``, ``a thousand`` ->
     ``1000``, ``100 wan`` -> ``100万``; the text's length may change. Runs of number words are
     read as one number (``two hundred and fifty thousand``)."""
-    text = _PINYIN.sub(
-        lambda m: m.group(1) + _PINYIN_SCALE[re.sub(r"\s+", "", m.group(2).lower())], text
-    )
+    lower = text.lower()
+    if "wan" in lower or "yi" in lower or "qian" in lower:
+        text = _PINYIN().sub(
+            lambda m: m.group(1) + _PINYIN_SCALE[re.sub(r"\s+", "", m.group(2).lower())], text
+        )
     out: list[str] = []
     pos = 0
     words = list(_WORD.finditer(text))
@@ -321,7 +316,7 @@ def _glued_to_name(text: str, start: int) -> bool:
 
 
 def _period_after(text: str, end: int) -> tuple[str | None, int]:
-    m = _PERIOD_AFTER.match(text, end)
+    m = _PERIOD_AFTER().match(text, end)
     if not m:
         return None, end
     if m.group("adv"):
@@ -335,7 +330,7 @@ def _period_after(text: str, end: int) -> tuple[str | None, int]:
 
 
 def _period_before(text: str, start: int) -> str | None:
-    m = _PERIOD_BEFORE.search(text[max(0, start - 24) : start])
+    m = _PERIOD_BEFORE().search(text[max(0, start - 24) : start])
     if not m:
         return None
     if m.group("zh"):
@@ -346,7 +341,7 @@ def _period_before(text: str, start: int) -> str | None:
 
 
 def _unit_at(text: str, end: int) -> tuple[str | None, int]:
-    m = _UNIT.match(text, end)
+    m = _UNIT().match(text, end)
     if not m:
         return None, end
     for i, (_rx, kind) in enumerate(UNITS):
@@ -364,7 +359,7 @@ def find_quantities(text: str) -> tuple[list[Quantity], int | None]:
     concurrency if stated. Tokens per second are a throughput, not a volume: skipped."""
     found: list[Quantity] = []
     concurrency: int | None = None
-    for match in _QTY.finditer(text):
+    for match in _QTY().finditer(text):
         start, end = match.span()
         if match.group(1) and _glued_to_name(text, start):
             continue
@@ -375,18 +370,17 @@ def find_quantities(text: str) -> tuple[list[Quantity], int | None]:
         prefix = text[max(0, start - 32) : start]
         form = None
         if any(key in prefix.lower() for key in _PREFIX_KEYS):  # cheap gate before the regexes
-            form = next((kind for rx, kind in _PREFIX_FORMS if rx.search(prefix)), None)
-        if form == "concurrency" or _SUFFIX_CONCURRENCY.match(text, end):
-            m = _SUFFIX_CONCURRENCY.match(text, end)
+            form = next((kind for rx, kind in _PREFIX_FORMS if re.search(rx, prefix)), None)
+        if form == "concurrency" or _SUFFIX_CONCURRENCY().match(text, end):
             concurrency = int(value)
             continue
-        if form == "qps" or _SUFFIX_RATE.match(text, end):
-            m = _SUFFIX_RATE.match(text, end)
+        if form == "qps" or _SUFFIX_RATE().match(text, end):
+            m = _SUFFIX_RATE().match(text, end)
             stop = m.end() if m else end
             found.append(Quantity("requests", value, "second", f"{source} QPS", start, stop))
             continue
-        if form == "dau" or _SUFFIX_DAU.match(text, end):
-            m = _SUFFIX_DAU.match(text, end)
+        if form == "dau" or _SUFFIX_DAU().match(text, end):
+            m = _SUFFIX_DAU().match(text, end)
             stop = m.end() if m else end
             unit, stop2 = _unit_at(text, stop)
             stop = stop2 if unit == "users" else stop
@@ -514,13 +508,14 @@ def extract_volume(
     )
 
 
-_RE_BYTES = re.compile(rf"({NUMBER})\s*(tb|gb|mb|kb)\b", re.I)
+_RE_BYTES = lazy_pattern(rf"({NUMBER})\s*(tb|gb|mb|kb)\b", re.I)
 _BYTES = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
 
 
 def text_bytes(masked: str, conversions: list[Conversion]) -> float | None:
     """``1 GB of text`` -> tokens (not ``80 GB of VRAM``), with the conversion appended."""
-    m = _RE_BYTES.search(masked)
+    lower = masked.lower()
+    m = _RE_BYTES().search(masked) if any(u in lower for u in _BYTES) else None
     if not m:
         return None
     size_bytes = parse_number(m.group(1)) * _BYTES[m.group(2).lower()]

@@ -8,11 +8,11 @@ Read from the question with model and GPU names masked, so ``Qwen2.5-7B`` is not
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.coverage import REFERENCE_MAX_SEQUENCE
-from ecoguard.advisor.numbers import NUMBER, first_group, parse_number
+from ecoguard.advisor.numbers import NUMBER, first_group, lazy_pattern, parse_number
 from ecoguard.errors import UsageError
 
 # "batch size 8", "bs=16", "批大小为 32": the words before a batch size.
@@ -20,34 +20,34 @@ _BATCH_SAID = (
     r"(?:batch[\s_\-]?size|\bbs|batch|批大小|批量大小|批次大小|批处理大小|批量|批次)"
     r"\s*(?:=|:|：|of|is|为|是|设为|设成)?\s*"
 )
-_RE_BATCH = re.compile(rf"{_BATCH_SAID}({NUMBER})", re.I)
-_RE_CONTEXT = re.compile(
+_RE_BATCH = lazy_pattern(rf"{_BATCH_SAID}({NUMBER})", re.I)
+_RE_CONTEXT = lazy_pattern(
     rf"(?:context(?:\s+length)?|sequence(?:\s+length)?|seq(?:uence)?[\s_]?len|max_length|上下文|序列长度)"
     rf"\s*(?:=|:|：|of|is|为)?\s*({NUMBER})\s*(k)?",
     re.I,
 )
-_RE_CONTEXT_AFTER = re.compile(
+_RE_CONTEXT_AFTER = lazy_pattern(
     rf"({NUMBER})\s*(k)?\s*(?:-\s*)?(?:token\s+)?(?:context|上下文)", re.I
 )
 # "1024 tokens in" is a length; "1M tokens in a month" is a volume (a period follows).
-_RE_IN = re.compile(
+_RE_IN = lazy_pattern(
     rf"({NUMBER})\s*(?:tokens?\s+(?:in\b(?!\s+(?:an?|one|each|every|per)\b)|input|prompt)"
     rf"|in\s*(?=/)|input\b|prompt\b)"
     rf"|(?:prompt|input|输入)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
     re.I,
 )
-_RE_OUT = re.compile(
+_RE_OUT = lazy_pattern(
     rf"({NUMBER})\s*(?:tokens?\s+)?(?:out\b|output|generated)|(?:max_new_tokens|output|输出|生成)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
     re.I,
 )
 
 # A number with a scale after it ("生成 100万字", "output 2M tokens") is a volume, not a length.
-_SCALED = re.compile(r"\s*(?:万|亿|千|百|thousand|million|billion|(?:k|m|mn|b)(?![a-z]))", re.I)
+_SCALED = lazy_pattern(r"\s*(?:万|亿|千|百|thousand|million|billion|(?:k|m|mn|b)(?![a-z]))", re.I)
 
 
 # A batch size as written, sign, fraction and exponent included, so "batch size -1", "0", "2.5"
 # or "1e12" is refused rather than dropped or read as its leading digits (it was read as 1).
-_RE_BATCH_WRITTEN = re.compile(
+_RE_BATCH_WRITTEN = lazy_pattern(
     _BATCH_SAID + r"(-?\s*\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?)(?![\d.])", re.I
 )
 MAX_BATCH_SIZE = 4096
@@ -55,7 +55,7 @@ MAX_BATCH_SIZE = 4096
 
 def _check_batch_sizes(text: str) -> None:
     """Refuse a batch size that is not a whole number of sequences from 1 to MAX_BATCH_SIZE."""
-    for match in _RE_BATCH_WRITTEN.finditer(text):
+    for match in _RE_BATCH_WRITTEN().finditer(text):
         written = match.group(1).strip()
         try:
             value = float(written.replace(",", "").replace(" ", ""))
@@ -71,8 +71,10 @@ def _check_batch_sizes(text: str) -> None:
 def batch_sizes(masked: str, lower: str) -> tuple[int, ...]:
     """The batch sizes stated, smallest first. A size that is not a whole number from 1 to
     ``MAX_BATCH_SIZE`` is a usage error, and so are two sizes unless the question compares."""
+    if "batch" not in lower and "bs" not in lower and "批" not in lower:
+        return ()
     _check_batch_sizes(masked)
-    batches = {int(parse_number(first_group(b))) for b in _RE_BATCH.finditer(masked)}
+    batches = {int(parse_number(first_group(b))) for b in _RE_BATCH().finditer(masked)}
     batches = {b for b in batches if b > 0}
     if len(batches) > 1 and "compare" not in lower:
         raise UsageError(
@@ -82,8 +84,7 @@ def batch_sizes(masked: str, lower: str) -> tuple[int, ...]:
     return tuple(sorted(batches))
 
 
-@dataclass(frozen=True, slots=True)
-class Lengths:
+class Lengths(NamedTuple):
     """Prompt and generated tokens as stated (None: not stated), and the longest sequence
     named (a context length, or prompt plus output), to check against the reference rows."""
 
@@ -98,7 +99,10 @@ class Lengths:
 def _context_length(masked: str) -> int:
     """The longest context or sequence length stated (``8k`` is 8,192), 0 when none."""
     seq = 0
-    for m in list(_RE_CONTEXT.finditer(masked)) + list(_RE_CONTEXT_AFTER.finditer(masked)):
+    lower = masked.lower()
+    if not any(w in lower for w in ("context", "seq", "max_length", "上下文", "序列")):
+        return seq
+    for m in list(_RE_CONTEXT().finditer(masked)) + list(_RE_CONTEXT_AFTER().finditer(masked)):
         value = parse_number(m.group(1)) * (1000 if m.group(2) else 1)
         if value == 8 * 1000 and m.group(2):
             value = 8192
@@ -109,8 +113,8 @@ def _context_length(masked: str) -> int:
 def lengths(masked: str, conversions: list[Conversion]) -> Lengths:
     """Prompt and generated tokens (``512 in / 256 out``; a context length as the prompt, with
     its conversion appended to ``conversions``)."""
-    ins = [m for m in _RE_IN.finditer(masked) if not _SCALED.match(masked, m.end())]
-    outs = [m for m in _RE_OUT.finditer(masked) if not _SCALED.match(masked, m.end())]
+    ins = [m for m in _RE_IN().finditer(masked) if not _SCALED().match(masked, m.end())]
+    outs = [m for m in _RE_OUT().finditer(masked) if not _SCALED().match(masked, m.end())]
     prompt = int(parse_number(first_group(ins[0]))) if ins else None
     generated = int(parse_number(first_group(outs[0]))) if outs else None
     spans = tuple(m.span() for m in ins + outs)
