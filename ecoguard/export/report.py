@@ -318,6 +318,17 @@ def _fmt(value: float | None, spec: str, none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
+def _fit(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, cut in the middle: a model's name is at the end of an
+    id or a path (``/srv/models/.../SmolLM2-135M-Instruct``), so the end is kept whole where it
+    fits, with as much of the start as room leaves."""
+    if len(text) <= width:
+        return text
+    name = text.replace("\\", "/").rsplit("/", 1)[-1]
+    tail = max((width - 3) * 2 // 3, min(len(name), width - 3))
+    return text[: width - 3 - tail] + "..." + text[-tail:]
+
+
 def render_text(report: dict[str, Any], *, width: int = 80) -> str:
     """A table and an ASCII bar chart of energy per group."""
     lines = [f"ecoguard report: {shown(report['ledger'])}"]
@@ -326,7 +337,10 @@ def render_text(report: dict[str, Any], *, width: int = 80) -> str:
         lines.append(report["note"])
     if not report["groups"]:
         return "\n".join(lines) + "\n"
-    header = f"{'group':<28} {'calls':>6} {'tokens':>9} {'kWh':>10} {'$':>9} {'CO2 g':>9} {'J/tok':>8} {'ref J/tok':>10}  tier"
+    # The group column widens for long model names (up to 48 characters), then cuts them in
+    # the middle: the first 28 characters of a path or an id often hold no name at all.
+    key_width = min(48, max(28, *(len(shown(str(g["key"]))) for g in report["groups"])))
+    header = f"{'group':<{key_width}} {'calls':>6} {'tokens':>9} {'kWh':>10} {'$':>9} {'CO2 g':>9} {'J/tok':>8} {'ref J/tok':>10}  tier"
     lines += ["", header, "-" * len(header)]
     for item in [*report["groups"], {"key": "TOTAL", **report["total"]}]:
         ref = item["reference_j_per_token"]
@@ -334,7 +348,8 @@ def render_text(report: dict[str, Any], *, width: int = 80) -> str:
             f" ({'/'.join(item['reference_tiers'])})" if ref is not None else ""
         )
         lines.append(
-            f"{shown(str(item['key']))[:28]:<28} {item['calls']:>6} {item['tokens']:>9} "
+            f"{_fit(shown(str(item['key'])), key_width):<{key_width}} {item['calls']:>6} "
+            f"{item['tokens']:>9} "
             f"{_fmt(item['energy_kwh'], '.6f'):>10} {_fmt(item['cost_usd'], '.4f'):>9} "
             f"{_fmt(item['co2_g'], '.2f'):>9} {_fmt(item['joules_per_token'], '.3g'):>8} "
             f"{ref_text:>10}  {'/'.join(item['tiers'])}"
@@ -350,7 +365,7 @@ def render_text(report: dict[str, Any], *, width: int = 80) -> str:
         kwh = group["energy_kwh"] or 0.0
         bar = "#" * max(1 if kwh > 0 else 0, round(kwh / peak * bar_width))
         lines.append(
-            f"{shown(str(group['key']))[:24]:<24} {bar:<{bar_width}} "
+            f"{_fit(shown(str(group['key'])), 24):<24} {bar:<{bar_width}} "
             f"{_fmt(group['energy_kwh'], '.4g')}"
         )
     return "\n".join(lines) + "\n"
