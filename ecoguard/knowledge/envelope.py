@@ -165,13 +165,13 @@ def within_envelope(
     batch_size: int,
     fig: Figure,
     tput: float | None,
-) -> tuple[Figure, float | None, str]:
+) -> tuple[Figure, float | None, str, tuple[float, float] | None]:
     """The carried figure brought inside the physical envelope (centre moved to the bound it
-    crossed, band clipped), the throughput kept to what the power bounds allow, and what was
-    done, said in the method; unchanged (and an empty note) when it lies inside."""
+    crossed, band clipped), the throughput kept to what the power bounds allow, what was done
+    (for the method) and the bounds (None without an envelope)."""
     env = envelope(ev, gpu, model_key, params_b, precision, batch_size)
     if env is None:
-        return fig, tput, ""
+        return fig, tput, "", None
     value = min(max(fig.value, env.low_j_per_1k), env.high_j_per_1k)
     # A moved centre keeps the band's width on the side away from the bound it crossed.
     low = min(max(fig.low * value / max(fig.value, value), env.low_j_per_1k), value)
@@ -193,7 +193,7 @@ def within_envelope(
         f"({env.reason})" + (f": {'; '.join(notes)}" if notes else ": inside")
     )
     moved = Figure(value, low, high, fig.tier, fig.description, fig.rows, fig.sessions)
-    return (moved if notes else fig), tput, note
+    return (moved if notes else fig), tput, note, (env.low_j_per_1k, env.high_j_per_1k)
 
 
 __all__ = [

@@ -123,7 +123,11 @@ def _interval(basis: Basis) -> Range:
         err["residual_p10"],
         err["residual_p90"],
     )
-    return fig.value * math.exp(-down), fig.value * math.exp(up)
+    low, high = fig.value * math.exp(-down), fig.value * math.exp(up)
+    if basis.envelope is not None:
+        # The method's error does not carry a figure past what physics allows.
+        low, high = max(low, basis.envelope[0]), min(high, basis.envelope[1])
+    return min(low, fig.value), max(high, fig.value)
 
 
 # --------------------------------------------------------------------------- batch scaling

@@ -77,6 +77,8 @@ class Basis:
     power_w: float | None = None
     throughput_tok_s: float | None = None
     extra_rows: tuple[ReferenceRow, ...] = field(default_factory=tuple)
+    # (low, high) J per 1k tokens of the physical envelope a carried figure was checked on.
+    envelope: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -506,8 +508,9 @@ def cross_gpu(ev: Evidence, q: Query) -> Basis | None:
     )
     if basis0.throughput_tok_s:
         tput = basis0.throughput_tok_s * q.gpu.mem_bandwidth_gbs / ref0.mem_bandwidth_gbs
+    bounds = None
     if CHOICES.envelope and q.params_b is not None:
-        fig, tput, note = within_envelope(
+        fig, tput, note, bounds = within_envelope(
             ev, q.gpu, q.model_key, q.params_b, q.precision, q.batch_size, fig, tput
         )
         method += note
@@ -518,6 +521,7 @@ def cross_gpu(ev: Evidence, q: Query) -> Basis | None:
         tuple(ref.key for ref, _, _, _ in carried),
         power_w=fig.value * tput / 1000.0 if tput else None,
         throughput_tok_s=tput,
+        envelope=bounds,
     )
 
 
