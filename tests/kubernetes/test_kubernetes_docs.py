@@ -85,6 +85,28 @@ def test_tariff_patch_example_changes_the_two_rules(tmp_path):
     assert rules["fleet:power_usage_effectiveness:ratio"].startswith("1.1 + 0 *")
 
 
+def test_network_policy_patch_example_admits_another_namespace(tmp_path):
+    overlay = tmp_path / "observability"
+    overlay.mkdir()
+    block = _yaml_block(
+        "# in my-cluster/kustomization.yaml: Prometheus runs in the observability namespace"
+    )
+    (overlay / "kustomization.yaml").write_text(
+        json.dumps(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY, overlay)],
+                **yaml.safe_load(block),
+            }
+        )
+    )
+    policy = _one(_kustomize(overlay), "NetworkPolicy", "ecoguard-exporter")
+    assert policy["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+    ]
+
+
 def test_series_per_gpu_and_per_exporter_as_documented(tmp_path):
     """Sizing names the 5 series per GPU and the 4 per exporter: what the exporter serves."""
     match = re.search(r"\n5 per GPU \((.*?)\) plus 4 per exporter", DOC, flags=re.S)

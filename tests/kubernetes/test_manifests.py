@@ -31,7 +31,7 @@ import render_kubernetes  # noqa: E402
 from operator_schemas import SCHEMAS  # noqa: E402
 
 KUBE_VERSIONS = ("1.25", "1.37")  # the oldest and newest schemas kubernetes-validate ships
-SAMPLER_KINDS = {"DaemonSet", "Service", "ServiceMonitor", "ServiceAccount"}
+SAMPLER_KINDS = {"DaemonSet", "Service", "ServiceMonitor", "ServiceAccount", "NetworkPolicy"}
 
 
 # --------------------------------------------------------------------------- rendering
@@ -180,6 +180,7 @@ def test_base_validates_offline(base, monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", no_network)
     assert _validate_all(base) == sorted(
         ["Namespace", "ServiceAccount", "DaemonSet", "Service", "ServiceMonitor", "ConfigMap"]
+        + ["NetworkPolicy"]
         + ["PrometheusRule"] * len(list((REPO / "grafana" / "prometheus").glob("*.yml")))
     )
 
@@ -287,6 +288,25 @@ def test_daemonset_runs_on_gpu_nodes_locked_down(base):
         assert set(container["resources"][kind]) == {"cpu", "memory"}
     # The image tag is the package version, so an upgrade is a version bump in one place.
     assert container["image"].rsplit(":", 1)[1] == __version__
+
+
+def test_network_policy_admits_only_the_prometheus_namespace_on_the_metrics_port(base):
+    """/metrics names models, paths and GPU UUIDs with no authentication (issue 29: any pod
+    could scrape or exhaust it): the exporter pods take ingress only from the monitoring
+    namespace, on the container's metrics port, and nothing else."""
+    policy = _one(base, "NetworkPolicy", "ecoguard-exporter")
+    assert policy["metadata"]["namespace"] == "ecoguard"
+    spec = policy["spec"]
+    pod_labels = _one(base, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert spec["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert spec["podSelector"]["matchLabels"]  # never {} (every pod of the namespace)
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    ports = {p["name"]: p for p in _container(base)["ports"]}
+    assert rule["ports"] == [{"port": "metrics", "protocol": ports["metrics"]["protocol"]}]
 
 
 def test_command_port_and_probes_match_what_the_exporter_serves(base, tmp_path):
