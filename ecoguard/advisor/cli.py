@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ecoguard.config import Settings
@@ -96,12 +97,25 @@ def _fmt(args: argparse.Namespace) -> str:
     return args.format or "md"
 
 
-def _emit(answer: Any, args: argparse.Namespace) -> int:
+def _answered(args: argparse.Namespace, language: str, ask: Callable[[], Any]) -> int:
+    """Ask, render and print one answer. A usage error (bad input, unknown names,
+    contradictions) is one line in the question's language and exit 2; anything else is a bug:
+    one line naming it, exit 1, never a traceback (tests call the library and see it raise)."""
     from ecoguard.advisor.rendering import render  # lazy: --help imports this module
+    from ecoguard.errors import UsageError  # lazy: --help imports this module
     from ecoguard.voice import use_color  # lazy: --help imports this module
 
     fmt = _fmt(args)
-    text = render(answer, fmt=fmt, plain=args.plain, color=fmt != "json" and use_color(sys.stdout))
+    try:
+        text = render(
+            ask(), fmt=fmt, plain=args.plain, color=fmt != "json" and use_color(sys.stdout)
+        )
+    except UsageError as exc:
+        print(usage_error_line(str(exc), language), file=sys.stderr)
+        return 2
+    except Exception as exc:
+        print(internal_error_line(exc, language), file=sys.stderr)
+        return 1
     try:
         sys.stdout.write(text)
     except UnicodeEncodeError:
@@ -110,10 +124,47 @@ def _emit(answer: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+# Usage errors the parser words in English, said in Chinese for a Chinese question (by the
+# English message's opening words); any other one gets the Chinese lead and its English detail.
+_USAGE_ZH = {
+    "I could not tell what you want to know": (
+        "没看懂你想问什么。请写上模型和 GPU 再问，例如：“Qwen2.5-7B 在 A800 上最省电的配置是什么？”"
+        "“比较 Qwen2.5-7B 在 5090 上的所有精度”“我想用 Yi-6B 跑 100 万字, 要花多少钱”"
+    ),
+}
+
+
+def usage_error_line(message: str, language: str) -> str:
+    """``ecoguard: error: ...`` on one line, in the question's language."""
+    message = " ".join(message.split())
+    if language != "zh":
+        return f"ecoguard: error: {message}"
+    known = next((zh for en, zh in _USAGE_ZH.items() if message.startswith(en)), None)
+    if known is not None:
+        return f"ecoguard: 错误：{known}"
+    if sum("\u4e00" <= ch <= "\u9fff" for ch in message) * 3 >= len(message):
+        return f"ecoguard: 错误：{message}"  # already worded in Chinese
+    return f"ecoguard: 错误：无法回答这个问题（{message}）"
+
+
+def internal_error_line(exc: BaseException, language: str) -> str:
+    """A bug, named on one line: what failed and that it is ecoguard's to fix."""
+    what = " ".join(f"{type(exc).__name__}: {exc}".split())
+    if language == "zh":
+        return f"ecoguard: 内部错误：{what}（这是 ecoguard 的缺陷，请附上你的问题报告给我们）"
+    return (
+        f"ecoguard: internal error: {what} (a bug in ecoguard; please report it with the question)"
+    )
+
+
 def _advise(args: argparse.Namespace) -> int:
     from ecoguard.advisor.answers import advise  # lazy: --help imports this module
+    from ecoguard.advisor.parse import detect_language  # lazy: --help imports this module
 
-    return _emit(advise(" ".join(args.text), settings=Settings.from_env()), args)
+    text = " ".join(args.text)
+    return _answered(
+        args, detect_language(text), lambda: advise(text, settings=Settings.from_env())
+    )
 
 
 # The flags that name a fact of the question under another name (diagnose's observed figures).
@@ -153,19 +204,22 @@ def question_from_args(args: argparse.Namespace, protocol: str) -> Any:
     return Question.from_flags(protocol, **facts)
 
 
-def _answer_for(args: argparse.Namespace, protocol: str) -> Any:
+def _answer_for(args: argparse.Namespace, protocol: str) -> int:
     from ecoguard.advisor.answers import answer  # lazy: --help imports this module
 
-    return answer(question_from_args(args, protocol), Settings.from_env())
+    def ask() -> Any:
+        return answer(question_from_args(args, protocol), Settings.from_env())
+
+    return _answered(args, getattr(args, "language", "en"), ask)
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    return _emit(_answer_for(args, "optimize"), args)
+    return _answer_for(args, "optimize")
 
 
 def _compare(args: argparse.Namespace) -> int:
-    return _emit(_answer_for(args, "compare"), args)
+    return _answer_for(args, "compare")
 
 
 def _diagnose(args: argparse.Namespace) -> int:
-    return _emit(_answer_for(args, "diagnose"), args)
+    return _answer_for(args, "diagnose")

@@ -33,7 +33,6 @@ from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
 from ecoguard.errors import UnknownGpuError, UsageError
-from ecoguard.faults import record_fault
 from ecoguard.knowledge import (
     crossover,
     find_rows,
@@ -213,9 +212,6 @@ def _crossover_note(arch: str, precision: str) -> HonestyNote | None:
     try:
         cross = crossover(arch, precision)
     except UsageError:  # an architecture the crossover table does not cover
-        return None
-    except Exception as exc:
-        record_fault("advisor.honesty_crossover", exc)
         return None
     if (
         cross.fitted_b is None

@@ -12,8 +12,6 @@ from typing import Any
 
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
-from ecoguard.errors import UsageError
-from ecoguard.faults import record_fault
 from ecoguard.findings import Finding
 from ecoguard.knowledge.estimator import estimate
 from ecoguard.rules import evaluate
@@ -44,27 +42,21 @@ _RULES_CACHE: dict[tuple[Deployment, str], tuple[Finding, ...]] = {}
 
 
 def run_rules(deployment: Deployment, settings: Settings) -> list[Finding]:
-    """B's rules on the deployment; a rules failure is recorded, never raised into an answer.
-    Memoised per (deployment, settings): optimize asks for the same cell more than once."""
+    """The rules on the deployment, memoised per (deployment, settings): optimize asks for the
+    same cell more than once. A rules failure is a bug and raises (the CLI says it in one line)."""
     key = (deployment, repr(settings))
     try:
         return list(_RULES_CACHE[key])
     except (KeyError, TypeError):
         pass
+    found = tuple(evaluate(deployment, settings=settings))
+    if len(_RULES_CACHE) >= _ESTIMATE_CACHE_MAX:
+        _RULES_CACHE.clear()
     try:
-        found = tuple(evaluate(deployment, settings=settings))
-        if len(_RULES_CACHE) >= _ESTIMATE_CACHE_MAX:
-            _RULES_CACHE.clear()
-        try:
-            _RULES_CACHE[key] = found
-        except TypeError:
-            pass
-        return list(found)
-    except UsageError:
-        raise
-    except Exception as exc:
-        record_fault("advisor.rules", exc)
-        return []
+        _RULES_CACHE[key] = found
+    except TypeError:
+        pass
+    return list(found)
 
 
 _DICT_CACHE: dict[int, tuple[Any, dict[str, Any]]] = {}
@@ -78,12 +70,8 @@ def estimate_dict(est: Any) -> dict[str, Any]:
     cached = _DICT_CACHE.get(id(est))
     if cached is not None and cached[0] is est:
         return dict(cached[1])
-    try:
-        out = dict(est.to_dict())
-        if len(_DICT_CACHE) >= _ESTIMATE_CACHE_MAX:
-            _DICT_CACHE.clear()
-        _DICT_CACHE[id(est)] = (est, out)
-        return dict(out)
-    except Exception as exc:  # pragma: no cover - defensive: an odd estimate must not break us
-        record_fault("advisor.estimate_dict", exc)
-        return {"tier": getattr(est, "tier", "none")}
+    out = dict(est.to_dict())
+    if len(_DICT_CACHE) >= _ESTIMATE_CACHE_MAX:
+        _DICT_CACHE.clear()
+    _DICT_CACHE[id(est)] = (est, out)
+    return dict(out)

@@ -12,7 +12,6 @@ import ecoguard.knowledge as knowledge
 from ecoguard.advisor.serving import BatchingAdvice
 from ecoguard.advisor.texts import Text
 from ecoguard.deployment import Deployment, QuantSpec
-from ecoguard.faults import record_fault
 from ecoguard.findings import Finding, Mood
 
 # Batch sizes tried per use. Chat is interactive (one user waits on one stream); an API can
@@ -142,11 +141,7 @@ def with_precision(
 
 
 def row_lookup() -> dict[str, Any]:
-    try:
-        return {row.id: row for row in knowledge.reference_rows()}
-    except Exception as exc:
-        record_fault("advisor.rows", exc)
-        return {}
+    return {row.id: row for row in knowledge.reference_rows()}
 
 
 def cite(
@@ -192,11 +187,7 @@ def equivalents(
 ) -> tuple[str, ...]:
     if not energy_kwh or co2_kg is None:
         return ()
-    try:
-        items = knowledge.equivalents(energy_kwh, co2_kg)
-    except Exception as exc:
-        record_fault("advisor.equivalents", exc)
-        return ()
+    items = knowledge.equivalents(energy_kwh, co2_kg)
     out = []
     for item in items[:2]:
         value, label = getattr(item, "value", None), getattr(item, "label", None)

@@ -20,7 +20,7 @@ from ecoguard.advisor.protocols.base import (
 from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment
-from ecoguard.faults import record_fault
+from ecoguard.errors import UsageError
 from ecoguard.findings import Finding, Mood
 from ecoguard.knowledge import crossover
 from ecoguard.rules import RULES, explain
@@ -234,11 +234,7 @@ def _explained(traps: list[Finding]) -> tuple[list[dict[str, Any]], list[str]]:
     explained: list[dict[str, Any]] = []
     row_ids: list[str] = []
     for f in traps:
-        try:
-            info = explain(f.rule)
-        except Exception as exc:
-            record_fault("advisor.explain", exc)
-            continue
+        info = explain(f.rule)
         rows = info.get("evidence") or info.get("evidence_rows") or []
         for item in rows:
             row_id = item.get("id") if isinstance(item, dict) else item
@@ -294,8 +290,7 @@ def _crossovers(traps: list[Finding], dep: Deployment) -> list[dict[str, Any]]:
     for arch in _CROSSOVER_ARCHITECTURES:
         try:
             cross = crossover(arch, precision)
-        except Exception as exc:
-            record_fault("advisor.crossover", exc)
+        except UsageError:  # an architecture the crossover table does not cover
             continue
         if cross.fitted_b is None and cross.reported_b is None:
             continue  # neither a fitted nor a published crossover: nothing to show
