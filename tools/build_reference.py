@@ -1500,8 +1500,53 @@ def treatment_sections(rows: list[Row]) -> list[str]:
         "  * Every other row includes idle: where a row gives power, throughput and energy, energy",
         "    equals power x 1000 / throughput within "
         f"{_max_energy_mismatch_pct(rows):.1f}% (means of runs vs ratio of means).",
+        *_quote_and_offload_lines(rows),
         "",
     ]
+    return lines
+
+
+def _study_count_lines(rows: list[Row], published: dict) -> list[str]:
+    """How these rows relate to the study's own count ("360+ configurations ...")."""
+    configs = {(r.gpu, r.model_key, r.precision, r.batch_size or 1) for r in rows}
+    t4 = {c for c in configs if c[0] == "tesla_t4"}
+    return [
+        f"The study claims {published['claim']} (`{published['source']}`). These "
+        f"{len(rows)} rows are {len(configs)} configurations (a row is one configuration as one",
+        "file prints it); the study's Tesla T4 configurations are in no published data file "
+        f"(here: {len(t4)}),",
+        f"and its {published['formula_generated_rows']}-row formula-generated dataset is left "
+        "out. `ecoguard data` (and `ecoguard.knowledge.data_counts()`) sets the counts side by side.",
+        "",
+    ]
+
+
+def _quote_and_offload_lines(rows: list[Row]) -> list[str]:
+    """The rows that quote another document's run, and the rows that ran offloaded."""
+    quotes = sorted((r for r in rows if r.quotes), key=lambda r: r.id)
+    offloaded = sorted((r for r in rows if r.offloaded), key=lambda r: r.id)
+    by_session: dict[str, list[str]] = {}
+    for r in quotes:
+        by_session.setdefault(r.quotes, []).append(r.id)
+    lines = [
+        f"* One run, one session ({len(quotes)} rows, field `quotes`): a row that prints the same",
+        "  configuration with the same figures as another document (energy within "
+        f"{SAME_RUN_ENERGY_J:g} J/1k,",
+        "  throughput where both give one) counts as that document's session, not a session of",
+        "  its own. A file never quotes itself; two data files dated differently are two runs.",
+    ]
+    lines += [
+        f"  * `{session}`: " + ", ".join(f"`{i}`" for i in ids)
+        for session, ids in sorted(by_session.items())
+    ]
+    lines += [
+        f"* Offloaded ({len(offloaded)} row{'s' if len(offloaded) != 1 else ''}, field "
+        "`offloaded`): the configuration needs more than the GPU's memory by the",
+        "  `vram-overflow` rule's model (`ecoguard.knowledge.memory`; an unstated prompt length",
+        "  counts as 0 tokens), so the run offloaded weights to the CPU. Kept, shown with the",
+        "  flag, and left out of every fit, ratio and carry:",
+    ]
+    lines += [f"  `{r.id}` ({r.note.rsplit('; ', 1)[-1]})" for r in offloaded]
     return lines
 
 
@@ -1719,6 +1764,7 @@ def render_readme(rows: list[Row], src: Path) -> str:
         "| `scope` | `end_to_end` (whole generate call, idle power included), `idle_subtracted` (the source subtracted idle power and the row cannot be corrected: never paired with `end_to_end` rows), `decode_active` (decode phase with idle subtracted: not comparable), `duplicate` (an anchor row repeating another file's row) |",
         "| `idle_added_w`, `energy_j_per_1k_stated` | set only where ecoguard added back idle power the source had subtracted: watts added, and the energy as printed (`energy_j_per_1k` = stated + idle_added_w x 1000 / throughput_tok_s) |",
         "| `source`, `session`, `note` | file relative to `data/upstream/`; session/replicate; caveats |",
+        "| `offloaded`, `quotes` | the run needed more than the GPU's memory (kept out of every fit); the session whose run this row quotes |",
         "",
         f"## Counts ({len(rows)} rows: "
         + ", ".join(f"{n} {t}" for t, n in sorted(tiers.items()))
@@ -1726,6 +1772,7 @@ def render_readme(rows: list[Row], src: Path) -> str:
         "",
         "Scopes: " + ", ".join(f"{n} {s}" for s, n in sorted(scopes.items())) + ".",
         "",
+        *_study_count_lines(rows, published_counts(src)),
         "| GPU | precision | tier | rows |",
         "|---|---|---|---|",
     ]

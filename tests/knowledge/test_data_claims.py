@@ -14,10 +14,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from knowledge_support import build_script
 
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
-from ecoguard.knowledge import crossover, gpu_profiles, model_registry, regions
+from ecoguard.knowledge import crossover, data_counts, gpu_profiles, ladder, model_registry, regions
+from ecoguard.knowledge import evidence as evidence_module
 from ecoguard.knowledge.crossover import ARCHITECTURES, REPORTED_B, fit_points
+from ecoguard.knowledge.envelope import envelope, idle_w, row_overhead_per_layer_s
+from ecoguard.knowledge.estimator import estimate
+from ecoguard.knowledge.evidence import MIN_TOKENS, usable
+from ecoguard.knowledge.memory import memory_need
 from ecoguard.knowledge.records import ReferenceRow
 from ecoguard.rules import RULES, evaluate
 
@@ -230,7 +236,9 @@ def test_readme_treatment_section_lists_every_changed_row():
     quoted = [r for r in ROWS if r.tier == "reported" and not r.source.endswith(".md")]
     corrected = [r for r in ROWS if r.idle_added_w is not None]
     apart = [r for r in ROWS if r.scope == "idle_subtracted"]
-    for row in (*quoted, *corrected, *apart):
+    quotes = [r for r in ROWS if r.quotes]
+    offloaded = [r for r in ROWS if r.offloaded]
+    for row in (*quoted, *corrected, *apart, *quotes, *offloaded):
         assert f"`{row.id}`" in text, row.id
     mismatch = max(
         abs(r.power_w * 1000 / r.throughput_tok_s / r.energy_j_per_1k - 1) * 100
@@ -241,6 +249,23 @@ def test_readme_treatment_section_lists_every_changed_row():
     expected = [len(quoted), len(corrected), len(apart), min(idles), max(idles), mismatch]
     for row in corrected:
         expected += [row.idle_added_w, _stated(row), row.energy_j_per_1k]
+    # The quotes and offloaded bullets: counts, the same-run threshold, the memory verdicts.
+    expected += [len(quotes), len(offloaded), build_script().SAME_RUN_ENERGY_J, 0]
+    for row in offloaded:
+        gpu = gpu_profiles()[row.gpu]
+        dep = Deployment(
+            model=model_registry()[row.model_key].to_model_spec(),
+            gpu=gpu.to_gpu_spec(),
+            precision=row.precision,
+            batch_size=row.batch_size or 1,
+        )
+        need = memory_need(
+            dep,
+            model_registry()[row.model_key],
+            prompt_tokens=row.prompt_tokens or 0,
+            generation_tokens=row.generation_tokens or 1,
+        )
+        expected += [need.total_gb, gpu.vram_gb]
     assert _unchecked(text, expected) == []
     assert model_registry()["qwen2-7b"].params_b == 7.62 and "Qwen2-7B's 7.62B" in text
     assert len(quoted) == 4 and len(corrected) == 27 and len(apart) == 9
@@ -483,6 +508,7 @@ def test_docs_data_and_crossover_sections():
         max(idles),
         len(corrected),
         sum(r.scope == "idle_subtracted" for r in ROWS),
+        *_one_run_and_offloaded_figures(),
     ]
     assert _unchecked(data, expected) == []
     assert f"{len(gpu_profiles())} profiles" in data and f"{len(models)} models" in data
@@ -495,6 +521,82 @@ def test_docs_data_and_crossover_sections():
     int8_archs = [a for a in ARCHITECTURES if crossover(a, "int8_mixed").points]
     assert int8_archs and not any(crossover(a, "int8_mixed").saving_measured for a in int8_archs)
     assert "int8_mixed on" in cross and "every architecture measured" in cross
+
+
+def _one_run_and_offloaded_figures() -> list[float]:
+    """Figures of the Data section's quotes, offloaded and published-counts bullets."""
+    counts = data_counts()
+    offloaded = [r for r in ROWS if r.offloaded]
+    needs = [float(r.note.rsplit("needs ", 1)[1].split(" GB")[0]) for r in offloaded]
+    vram = [gpu_profiles()[r.gpu].vram_gb for r in offloaded]
+    published = counts.published
+    return [
+        build_script().SAME_RUN_ENERGY_J,
+        counts.quoted_copies,
+        counts.offloaded_rows,
+        0,  # unstated prompt lengths count as 0 tokens
+        *needs,
+        *vram,
+        published.configurations_claimed,
+        published.primary,
+        published.tesla_t4,
+        published.supplementary,
+    ]
+
+
+def test_docs_envelope_section():
+    """The envelope's figures in docs/knowledge.md, recomputed (the L4 'before' figures are the
+    pre-issue-30 answer, stated as such)."""
+    docs = (REPO / "docs" / "knowledge.md").read_text(encoding="utf-8")
+    section = _section(docs, "Physical envelope")
+    profiles = gpu_profiles()
+    per_gpu: dict[str, list[float]] = {}
+    for r in ROWS:
+        if r.precision != "fp16" or r.tier == "reported" or not usable(r):
+            continue
+        if (r.generation_tokens or MIN_TOKENS) < MIN_TOKENS:
+            continue
+        seconds = row_overhead_per_layer_s(r, profiles[r.gpu])
+        if seconds is not None:
+            per_gpu.setdefault(r.gpu, []).append(seconds * profiles[r.gpu].tdp_w)
+    others = [v for g, vs in per_gpu.items() if g != "tesla_t4" for v in vs]
+    l4 = profiles["l4"]
+    ev = evidence_module.evidence(tuple(ROWS))
+    env = envelope(ev, l4, "llama-2-7b", 6.74, "fp16", 1)
+    dep = Deployment(model=ModelSpec(id="llama-2-7b"), gpu=GpuSpec(profile="l4"), precision="fp16")
+    now = estimate(dep)
+    shipped = ladder.CHOICES
+    ladder.CHOICES = replace(shipped, envelope=False)
+    evidence_module._cache.clear()
+    try:
+        without = estimate(dep).energy_per_1k_tokens_j
+    finally:
+        ladder.CHOICES = shipped
+        evidence_module._cache.clear()
+    idle_share = idle_w(l4)[0] / l4.tdp_w * 100
+    expected = [
+        1,
+        64,
+        min(others),
+        max(others),
+        min(per_gpu["tesla_t4"]),
+        max(per_gpu["tesla_t4"]),
+        idle_share,
+        16_210,  # before issue 30
+        12_302,
+        23_568,
+        without,
+        l4.tdp_w,
+        l4.mem_bandwidth_gbs,
+        6.74e9 * 2 / (l4.mem_bandwidth_gbs * 1e9) * 1000,
+        32,
+        max(per_gpu["tesla_t4"]),
+        now.energy_per_1k_tokens_j,
+        *now.energy_per_1k_tokens_j_range,
+    ]
+    text = section.replace("Llama-2-7B", " ").replace("RTX 5090", " ").replace("PRO 6000", " ")
+    assert _unchecked(text, expected) == []
+    assert now.energy_per_1k_tokens_j == pytest.approx(env.high_j_per_1k)
 
 
 def test_number_scan_catches_a_wrong_figure():
