@@ -1,4 +1,6 @@
-"""Quantization configs in a module's syntax tree, read as what they amount to (``QuantFacts``).
+"""Quantization configs in a module's syntax tree, read as what they amount to (``QuantFacts``):
+the settings are gathered from the syntax here and judged by :mod:`ecoguard.quantization`, the
+reading the guard, the engines and the advisor share.
 
 BitsAndBytesConfig (and its dict, ``from_dict`` and old ``load_in_*`` keyword forms),
 TorchAoConfig and torchao's ``quantize_`` configs, GPTQ/AWQ configs and pre-quantized checkpoint
@@ -15,41 +17,17 @@ from dataclasses import dataclass
 from ecoguard.audit.index import UNKNOWN, ModuleIndex
 from ecoguard.deployment import GpuSpec, QuantSpec
 from ecoguard.engines.engine_args import EngineConfig, engine_deployment
-
-_DTYPES = {
-    "bfloat16": "bf16",
-    "bf16": "bf16",
-    "float16": "fp16",
-    "fp16": "fp16",
-    "half": "fp16",
-    "float32": "fp32",
-    "fp32": "fp32",
-    "float": "fp32",
-}
-
-# torchao configs (class or old function style, or TorchAoConfig's string form) -> facts.
-_TORCHAO = (
-    (
-        re.compile(r"float8_?weight_?only|float8wo|fp8wo", re.I),
-        "fp8_weight_only",
-        8,
-        "float8_weight_only",
-    ),
-    (
-        re.compile(r"float8_?dynamic_?activation_?float8_?weight|float8dq|fp8dq", re.I),
-        "fp8_dynamic",
-        8,
-        "float8_dynamic",
-    ),
-    (re.compile(r"int8_?dynamic_?activation_?int8", re.I), None, 8, "int8_dynamic"),
-    (re.compile(r"int8_?weight_?only|int8wo", re.I), None, 8, "int8_weight_only"),
-    (re.compile(r"int4_?weight_?only|int4wo", re.I), None, 4, "int4_weight_only"),
+from ecoguard.quantization import (
+    BNB_DEFAULT_THRESHOLD,
+    BNB_RULES,
+    QUANT_RULES,
+    bnb_4bit,
+    bnb_8bit,
+    dtype_name,
+    torchao_facts,
 )
+from ecoguard.quantization import QuantFacts as Reading
 
-# The rules that need a quantization fact: silent when a config cannot be read.
-QUANT_RULES = frozenset({"int8-mixed", "small-model-quant", "fp8-eager"})
-_BNB_RULES = frozenset({"int8-mixed", "small-model-quant"})
-_TORCHAO_RULES = frozenset({"fp8-eager", "small-model-quant"})
 _PER_MODULE = frozenset({"FqnToConfig", "ModuleFqnToConfig", "AOPerModuleConfig"})
 
 
@@ -63,15 +41,18 @@ class QuantFacts:
     node: ast.AST
     unknown: frozenset[str] = frozenset()
 
+    @classmethod
+    def of(cls, reading: Reading, node: ast.AST) -> QuantFacts:
+        """The shared reading (:mod:`ecoguard.quantization`) of a config built at ``node``."""
+        return cls(reading.precision, reading.quant, node, reading.unknown)
+
 
 def dtype_of(index: ModuleIndex, expr: ast.expr | None) -> str | None:
     """``bf16``/``fp16``/``fp32`` for ``torch.bfloat16``, ``"float16"`` and the like; else None."""
     if expr is None:
         return None
     value = index.constant(expr)
-    if not isinstance(value, str):
-        return None
-    return _DTYPES.get(value.rsplit(".", 1)[-1].lower())
+    return dtype_name(value) if isinstance(value, str) else None
 
 
 def module_compiles(index: ModuleIndex) -> bool:
@@ -152,7 +133,7 @@ class QuantReader:
         if name == "BitsAndBytesConfig":
             kwargs = self.index.keywords(node)
             if kwargs is None:
-                return QuantFacts(None, QuantSpec(method="bitsandbytes"), node, _BNB_RULES)
+                return QuantFacts(None, QuantSpec(method="bitsandbytes"), node, BNB_RULES)
             return self._bnb({**kwargs, **overrides}, node)
         if name == "from_dict" and node.args:
             items = self.index.mapping(node.args[0])
@@ -196,52 +177,33 @@ class QuantReader:
         load_8 = constant(items["load_in_8bit"]) if "load_in_8bit" in items else False
         load_4 = constant(items["load_in_4bit"]) if "load_in_4bit" in items else False
         if load_8 is UNKNOWN or load_4 is UNKNOWN:
-            return QuantFacts(None, QuantSpec(method="bitsandbytes"), node, _BNB_RULES)
+            return QuantFacts(None, QuantSpec(method="bitsandbytes"), node, BNB_RULES)
         if load_8 is True:
             return self._bnb_8bit(items, node)
         if load_4 is True:
             quant_type = constant(items.get("bnb_4bit_quant_type"))
             double = constant(items.get("bnb_4bit_use_double_quant"))
-            quant = QuantSpec(
-                method="bitsandbytes",
-                bits=4,
-                # BitsAndBytesConfig defaults to fp4 when no quant type is given.
-                quant_type=quant_type if isinstance(quant_type, str) else "fp4",
+            reading = bnb_4bit(
+                quant_type if isinstance(quant_type, str) else None,
+                double_quant=double is True,
                 compute_dtype=dtype_of(self.index, items.get("bnb_4bit_compute_dtype")),
-                double_quant=double if isinstance(double, bool) else False,
             )
-            return QuantFacts("nf4_dq" if double is True else "nf4", quant, node)
+            return QuantFacts.of(reading, node)
         # load_in_8bit=False and load_in_4bit=False: a config that quantizes nothing.
         return QuantFacts(None, QuantSpec(), node)
 
     def _bnb_8bit(self, items: dict[str, ast.expr], node: ast.AST) -> QuantFacts:
-        unknown: frozenset[str] = frozenset()
+        threshold: float | None = BNB_DEFAULT_THRESHOLD  # the mixed-precision outlier path
         if "llm_int8_threshold" in items:
             value = self.index.constant(items["llm_int8_threshold"])
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                threshold: float | None = float(value)
-            else:
-                threshold, unknown = None, frozenset({"int8-mixed"})
-        else:
-            threshold = 6.0  # bitsandbytes' default: the mixed-precision outlier path
-        quant = QuantSpec(
-            method="bitsandbytes", bits=8, quant_type="int8", int8_threshold=threshold
-        )
-        precision = "int8_pure" if threshold == 0.0 else "int8_mixed"
-        return QuantFacts(precision, quant, node, unknown)
+            given = isinstance(value, int | float) and not isinstance(value, bool)
+            threshold = float(value) if given else None  # None: the rule cannot tell
+        return QuantFacts.of(bnb_8bit(threshold), node)
 
     def torchao(self, expr: ast.expr | None, node: ast.AST) -> QuantFacts | None:
         """What a torchao quant type (``TorchAoConfig``'s or ``quantize_``'s) amounts to."""
-        label = self._torchao_label(expr)
-        if label is None:
-            return QuantFacts(None, QuantSpec(method="torchao"), node, _TORCHAO_RULES)
-        for pattern, precision, bits, quant_type in _TORCHAO:
-            if pattern.search(label):
-                quant = QuantSpec(
-                    method="torchao", bits=bits, quant_type=quant_type, compiled=self.compiled
-                )
-                return QuantFacts(precision, quant, node)
-        return QuantFacts(None, QuantSpec(method="torchao", quant_type=label), node)
+        reading = torchao_facts(self._torchao_label(expr), compiled=self.compiled)
+        return QuantFacts.of(reading, node)
 
     def _torchao_label(self, expr: ast.expr | None, depth: int = 0) -> str | None:
         """The config class (or string) a torchao quant type names. A per-module mapping

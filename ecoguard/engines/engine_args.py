@@ -21,6 +21,19 @@ from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
 from ecoguard.errors import UsageError
 from ecoguard.findings import Finding
 from ecoguard.knowledge import resolve_model as knowledge_resolve_model
+from ecoguard.quantization import (
+    BNB_DEFAULT_THRESHOLD,
+    QUANT_RULES,
+    QuantFacts,
+    bnb_4bit,
+    bnb_8bit,
+    dtype_name,
+    fused_fp8,
+    gguf,
+    torchao_facts,
+    torchao_type_name,
+    weight_only,
+)
 from ecoguard.rules import BS1_SUSTAINED_CALLS, evaluate, unquantized_dtype
 
 ENGINES: tuple[str, ...] = ("vllm", "tgi", "sglang", "llamacpp")
@@ -316,7 +329,7 @@ def engine_deployment(
             details.append(("quantization_source", source))
     quant = _quant_facts(config, method)
     details.extend(quant.details)
-    dtype = _dtype(config.dtype)
+    dtype = dtype_name(config.dtype)
     batch: dict[str, object] = {}
     if config.max_num_seqs == 1:
         # One running sequence at most, for the engine's whole life: the serving pattern the
@@ -365,17 +378,6 @@ def served_by(deployment: Deployment, engine: str) -> tuple[Deployment, frozense
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Quant:
-    precision: str | None = None
-    quant: QuantSpec = field(default_factory=QuantSpec)
-    unknown: frozenset[str] = frozenset()
-    label: str | None = None
-    details: tuple[tuple[str, object], ...] = ()
-
-
-_QUANT_RULES = frozenset({"small-model-quant", "int8-mixed", "fp8-eager"})
-
 _NAME_HINTS = (
     (re.compile(r"(^|[-_./])awq($|[-_./])", re.I), "awq"),
     (re.compile(r"(^|[-_./])gptq($|[-_./])", re.I), "gptq"),
@@ -398,62 +400,34 @@ def _method(config: EngineConfig) -> tuple[str | None, str]:
     return None, "none"
 
 
-def _quant_facts(config: EngineConfig, method: str | None) -> _Quant:
+def _quant_facts(config: EngineConfig, method: str | None) -> QuantFacts:
     if method is None:
-        return _Quant()
+        return QuantFacts(None, QuantSpec())
     qc = config.quant_config or {}
     if method.startswith("bitsandbytes"):
         return _bitsandbytes(config, method, qc)
     if method == "eetq":
         # TGI's EETQ: per-channel int8 weights, no outlier decomposition.
-        return _Quant(
+        return QuantFacts(
             "int8_pure", QuantSpec(method="other", bits=8, quant_type="eetq"), label="EETQ int8"
         )
     if method.startswith(_FOUR_BIT):
         bits = qc.get("bits", qc.get("w_bit"))
-        bits = bits if isinstance(bits, int) else 4
-        family = method.split("_")[0]
-        precision = "nf4" if bits == 4 else "int8_pure" if bits == 8 else None
-        return _Quant(
-            precision,
-            QuantSpec(
-                method=family if family in ("awq", "gptq") else "other",
-                bits=bits,
-                pre_quantized=True,
-            ),
-            label=f"{family.upper()} {bits}-bit",
-            details=(("judged_as", f"{precision}: the measured {bits}-bit weight-only format"),)
-            if precision
-            else (),
-        )
+        return weight_only(method.split("_")[0], bits if isinstance(bits, int) else None)
     if method == "torchao":
         return _torchao(config, qc)
     if method.startswith(_FP8) or "fp8" in method:
         # vLLM/SGLang/TGI FP8 runs fused kernels (W8A8 on Ada/Hopper, Marlin weight-only
-        # before): not torchao's eager path, so fp8-eager does not apply, and no measured
-        # crossover exists for it, so small-model-quant stays silent too.
-        return _Quant(
-            "fp8_dynamic",
-            QuantSpec(method="other", bits=8, quant_type="fp8"),
-            unknown=frozenset({"fp8-eager"}),
-            label="FP8",
-        )
+        # before): not torchao's eager path (ecoguard.quantization.fused_fp8).
+        return fused_fp8(pre_quantized=None)
     if method == "gguf":
-        # GGUF kernels (llama.cpp's, vLLM's) multiply quantized blocks directly; the measured
-        # crossovers are for bitsandbytes-style dequantization, so they are no evidence here.
         match = re.search(r"[Qq]([2-8])_", config.model or "")
-        bits = int(match.group(1)) if match else None
-        return _Quant(
-            None,
-            QuantSpec(method="gguf", bits=bits, pre_quantized=True),
-            _QUANT_RULES,
-            f"GGUF Q{bits}" if bits else "GGUF",
-        )
+        return gguf(int(match.group(1)) if match else None)
     # compressed-tensors, quark, experts_int8...: the bits live in the checkpoint.
-    return _Quant(None, QuantSpec(method="other", quant_type=method), _QUANT_RULES, method)
+    return QuantFacts(None, QuantSpec(method="other", quant_type=method), QUANT_RULES, method)
 
 
-def _bitsandbytes(config: EngineConfig, method: str, qc: Mapping[str, object]) -> _Quant:
+def _bitsandbytes(config: EngineConfig, method: str, qc: Mapping[str, object]) -> QuantFacts:
     eight = qc.get("load_in_8bit") is True
     if config.engine == "tgi":
         # TGI: `bitsandbytes` is LLM.int8() at the default threshold; -nf4 / -fp4 are 4-bit.
@@ -462,78 +436,30 @@ def _bitsandbytes(config: EngineConfig, method: str, qc: Mapping[str, object]) -
         eight = True
     if eight:
         raw = qc.get("llm_int8_threshold")
-        threshold = (
-            float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else 6.0
-        )
-        source = "checkpoint config" if isinstance(raw, int | float) else "bitsandbytes default"
-        return _Quant(
-            "int8_pure" if threshold == 0.0 else "int8_mixed",
-            QuantSpec(method="bitsandbytes", bits=8, quant_type="int8", int8_threshold=threshold),
-            label="bitsandbytes 8-bit",
-            details=(("int8_threshold_source", source),),
-        )
+        given = isinstance(raw, int | float) and not isinstance(raw, bool)
+        facts = bnb_8bit(float(raw) if given else BNB_DEFAULT_THRESHOLD)  # type: ignore[arg-type]
+        source = "checkpoint config" if given else "bitsandbytes default"
+        return replace(facts, details=(("int8_threshold_source", source),))
     quant_type = qc.get("bnb_4bit_quant_type")
     if not isinstance(quant_type, str):
+        # The engines' own defaults: an ``-fp4`` flag says fp4, otherwise NF4.
         quant_type = "fp4" if method.endswith("fp4") else "nf4"
-    double = qc.get("bnb_4bit_use_double_quant") is True
-    return _Quant(
-        "nf4_dq" if double else "nf4",
-        QuantSpec(method="bitsandbytes", bits=4, quant_type=quant_type, double_quant=double),
-        label=f"bitsandbytes 4-bit ({quant_type})",
+    return bnb_4bit(quant_type, double_quant=qc.get("bnb_4bit_use_double_quant") is True)
+
+
+def _torchao(config: EngineConfig, qc: Mapping[str, object]) -> QuantFacts:
+    label = torchao_type_name(qc.get("quant_type")) or config.model
+    # vLLM compiles the model unless told --enforce-eager; torchao float8 then runs fused,
+    # eager it dequantizes op by op.
+    compiled = (
+        None
+        if config.enforce_eager is None and config.engine != "vllm"
+        else not config.enforce_eager
     )
-
-
-_TORCHAO_TYPES = (
-    (
-        re.compile(r"float8_?dynamic|float8dq|fp8dq|float8_?dynamic_?activation", re.I),
-        "fp8_dynamic",
-        8,
-        "float8_dynamic",
-    ),
-    (re.compile(r"float8|fp8", re.I), "fp8_weight_only", 8, "float8_weight_only"),
-    (re.compile(r"int8_?dynamic", re.I), None, 8, "int8_dynamic"),
-    (re.compile(r"int8", re.I), None, 8, "int8_weight_only"),
-    (re.compile(r"int4", re.I), None, 4, "int4_weight_only"),
-)
-
-
-def _torchao(config: EngineConfig, qc: Mapping[str, object]) -> _Quant:
-    label = qc.get("quant_type")
-    if isinstance(label, Mapping):
-        label = json.dumps(label)  # torchao's serialised config: {"_type": "Float8...Config"}
-    if not isinstance(label, str):
-        label = config.model or ""
-    for pattern, precision, bits, quant_type in _TORCHAO_TYPES:
-        if pattern.search(label):
-            # vLLM compiles the model unless told --enforce-eager; torchao float8 then runs
-            # fused, eager it dequantizes op by op.
-            compiled = (
-                None
-                if config.enforce_eager is None and config.engine != "vllm"
-                else not config.enforce_eager
-            )
-            return _Quant(
-                precision,
-                QuantSpec(method="torchao", bits=bits, quant_type=quant_type, compiled=compiled),
-                label=f"torchao {quant_type}",
-            )
-    return _Quant(quant=QuantSpec(method="torchao"), unknown=_QUANT_RULES, label="torchao")
-
-
-_DTYPES = {
-    "bfloat16": "bf16",
-    "bf16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "fp16": "fp16",
-    "float32": "fp32",
-    "float": "fp32",
-    "fp32": "fp32",
-}
-
-
-def _dtype(text: str | None) -> str | None:
-    return _DTYPES.get((text or "").strip().lower())
+    facts = torchao_facts(label, compiled=compiled)
+    if facts.quant.bits is None:  # no torchao type named: the rules cannot tell
+        return QuantFacts(None, QuantSpec(method="torchao"), QUANT_RULES, "torchao")
+    return facts
 
 
 # -- findings ---------------------------------------------------------------------------------

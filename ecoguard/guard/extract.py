@@ -17,114 +17,13 @@ from ecoguard.deployment import Deployment, ModelSpec, QuantSpec
 from ecoguard.errors import UsageError
 from ecoguard.faults import record_fault
 from ecoguard.knowledge import resolve_model
-
-_DTYPE_NAMES: dict[str, str] = {
-    "float16": "fp16",
-    "half": "fp16",
-    "fp16": "fp16",
-    "bfloat16": "bf16",
-    "bf16": "bf16",
-    "float32": "fp32",
-    "float": "fp32",
-    "fp32": "fp32",
-}
-
-
-def dtype_name(dtype: Any) -> str | None:
-    """``torch.float16`` / ``"float16"`` / ``"bf16"`` -> ``fp16``/``bf16``/``fp32``; None for
-    ``"auto"``, None or anything else."""
-    if dtype is None:
-        return None
-    text = str(dtype).rsplit(".", 1)[-1].lower()
-    return _DTYPE_NAMES.get(text)
-
-
-def _torchao_type_name(quant_type: Any) -> str:
-    """The torchao config's type as text: ``Float8WeightOnlyConfig``, ``int4_weight_only``..."""
-    if isinstance(quant_type, str):
-        return quant_type
-    if isinstance(quant_type, Mapping):
-        if "_type" in quant_type:
-            return str(quant_type["_type"])
-        if "default" in quant_type:  # serialized form: {"default": {"_type": ...}}
-            return _torchao_type_name(quant_type["default"])
-        return ""
-    return type(quant_type).__name__
-
-
-def _torchao_precision(type_name: str) -> str | None:
-    lowered = type_name.lower().replace("_", "")
-    if "float8" in lowered or "fp8" in lowered:
-        if "dynamic" in lowered:
-            return "fp8_dynamic"
-        return "fp8_weight_only"
-    return None
+from ecoguard.quantization import dtype_name, quant_from_config
 
 
 def _get(config: Any, name: str, default: Any = None) -> Any:
     if isinstance(config, Mapping):
         return config.get(name, default)
     return getattr(config, name, default)
-
-
-def quant_from_config(
-    config: Any, *, pre_quantized: bool | None = None
-) -> tuple[str | None, QuantSpec]:
-    """(canonical precision, QuantSpec) from a quantization config: BitsAndBytesConfig,
-    TorchAoConfig, or their dict form (``config.json``'s ``quantization_config``)."""
-    if config is None:
-        return None, QuantSpec()
-    method = _get(config, "quant_method")
-    method = str(getattr(method, "value", method) or "").lower()
-    load_8bit = bool(_get(config, "load_in_8bit") or _get(config, "_load_in_8bit"))
-    load_4bit = bool(_get(config, "load_in_4bit") or _get(config, "_load_in_4bit"))
-    if method == "bitsandbytes" or load_8bit or load_4bit:
-        compute = dtype_name(_get(config, "bnb_4bit_compute_dtype")) if load_4bit else None
-        if load_8bit:
-            threshold = _get(config, "llm_int8_threshold", 6.0)
-            threshold = 6.0 if threshold is None else float(threshold)
-            precision = "int8_pure" if threshold == 0.0 else "int8_mixed"
-            return precision, QuantSpec(
-                method="bitsandbytes",
-                bits=8,
-                quant_type="int8",
-                int8_threshold=threshold,
-                pre_quantized=pre_quantized,
-            )
-        if load_4bit:
-            quant_type = str(_get(config, "bnb_4bit_quant_type") or "fp4").lower()
-            double = bool(_get(config, "bnb_4bit_use_double_quant"))
-            precision = None
-            if quant_type == "nf4":
-                precision = "nf4_dq" if double else "nf4"
-            return precision, QuantSpec(
-                method="bitsandbytes",
-                bits=4,
-                quant_type=quant_type,
-                compute_dtype=compute,
-                double_quant=double,
-                pre_quantized=pre_quantized,
-            )
-        return None, QuantSpec(method="bitsandbytes", pre_quantized=pre_quantized)
-    if method == "torchao":
-        type_name = _torchao_type_name(_get(config, "quant_type"))
-        precision = _torchao_precision(type_name)
-        bits = 8 if precision or "int8" in type_name.lower() else None
-        bits = 4 if "int4" in type_name.lower() else bits
-        return precision, QuantSpec(
-            method="torchao",
-            bits=bits,
-            quant_type=type_name or None,
-            compiled=False,
-            pre_quantized=pre_quantized,
-        )
-    known = {"gptq", "awq", "gguf"}
-    bits = _get(config, "bits")
-    return None, QuantSpec(
-        method=method if method in known else ("other" if method else None),
-        bits=bits if isinstance(bits, int) else None,
-        pre_quantized=pre_quantized,
-    )
 
 
 def params_from_config(config: Any) -> float | None:
@@ -229,7 +128,9 @@ def facts_from_load_call(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Lo
         quant_cfg, source = checkpoint["quantization_config"], "checkpoint"
     elif kwargs.get("quantization_config") is not None:
         quant_cfg, source = kwargs["quantization_config"], "kwargs"
-    precision, quant = quant_from_config(quant_cfg, pre_quantized=source == "checkpoint")
+    # compiled=False: at load time nothing is compiled yet (torch.compile comes later).
+    read = quant_from_config(quant_cfg, pre_quantized=source == "checkpoint", compiled=False)
+    precision, quant = read.precision, read.quant
     dtype = dtype_name(kwargs.get("dtype", kwargs.get("torch_dtype")))
     if checkpoint is not None:
         model = model_spec_from_config(checkpoint, model_id, params_from_config(checkpoint))
@@ -260,8 +161,8 @@ def facts_from_model(model: Any, base: Deployment | None = None) -> Deployment:
     quant_cfg = getattr(config, "quantization_config", None) if config is not None else None
     if quant_cfg is not None:
         pre = deployment.quant.pre_quantized
-        precision, quant = quant_from_config(quant_cfg, pre_quantized=pre)
-        deployment = deployment.with_(precision=precision, quant=quant)
+        read = quant_from_config(quant_cfg, pre_quantized=pre, compiled=False)
+        deployment = deployment.with_(precision=read.precision, quant=read.quant)
     elif getattr(model, "hf_quantizer", None) is not None:
         deployment = deployment.with_(quant=QuantSpec(method="other"))
     model_id = deployment.model.id or getattr(config, "_name_or_path", None) or None

@@ -13,10 +13,11 @@ from ecoguard.guard import extract  # noqa: E402
 def test_quant_configs():
     from transformers import BitsAndBytesConfig, TorchAoConfig
 
-    assert extract.quant_from_config(BitsAndBytesConfig(load_in_8bit=True))[0] == "int8_mixed"
-    p, q = extract.quant_from_config(BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0))
-    assert (p, q.int8_threshold) == ("int8_pure", 0.0)
-    p, q = extract.quant_from_config(
+    read = extract.quant_from_config
+    assert read(BitsAndBytesConfig(load_in_8bit=True)).precision == "int8_mixed"
+    facts = read(BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0))
+    assert (facts.precision, facts.quant.int8_threshold) == ("int8_pure", 0.0)
+    facts = read(
         BitsAndBytesConfig(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
@@ -24,27 +25,20 @@ def test_quant_configs():
             bnb_4bit_compute_dtype=torch.bfloat16,
         )
     )
-    assert (p, q.bits, q.compute_dtype) == ("nf4_dq", 4, "bf16")
+    assert (facts.precision, facts.quant.bits, facts.quant.compute_dtype) == ("nf4_dq", 4, "bf16")
     from torchao.quantization import (
         Float8DynamicActivationFloat8WeightConfig,
         Float8WeightOnlyConfig,
     )
 
-    assert (
-        extract.quant_from_config(TorchAoConfig(Float8WeightOnlyConfig()))[0] == "fp8_weight_only"
-    )
-    assert (
-        extract.quant_from_config(TorchAoConfig(Float8DynamicActivationFloat8WeightConfig()))[0]
-        == "fp8_dynamic"
-    )
+    assert read(TorchAoConfig(Float8WeightOnlyConfig())).precision == "fp8_weight_only"
+    dynamic = TorchAoConfig(Float8DynamicActivationFloat8WeightConfig())
+    assert read(dynamic).precision == "fp8_dynamic"
     # dict forms, as in config.json
-    assert (
-        extract.quant_from_config({"quant_method": "bitsandbytes", "load_in_8bit": True})[0]
-        == "int8_mixed"
-    )
+    assert read({"quant_method": "bitsandbytes", "load_in_8bit": True}).precision == "int8_mixed"
     serialized = TorchAoConfig(Float8WeightOnlyConfig()).to_dict()
-    assert extract.quant_from_config(serialized)[0] == "fp8_weight_only"
-    assert extract.quant_from_config({"quant_method": "gptq", "bits": 4})[1].method == "gptq"
+    assert read(serialized).precision == "fp8_weight_only"
+    assert read({"quant_method": "gptq", "bits": 4}).quant.method == "gptq"
 
 
 def test_dtype_names():
