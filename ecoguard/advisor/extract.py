@@ -49,6 +49,7 @@ USE_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "batch",
         re.compile(
             r"batch job|batch processing|batch inference|offline|bulk|nightly job|one-off|"
+            r"for loop|in a loop|loop over|"
             r"离线|批处理|批量处理|跑批|批量推理",
             re.I,
         ),
@@ -383,7 +384,14 @@ def pasted_code(text: str) -> str | None:
     last = max(code.rfind(")"), code.rfind("]"))
     if last >= 0 and not code[last + 1 :].strip().startswith(("(", ".", "[")):
         code = code[: last + 1]
+    if re.fullmatch(_CONFIG_ONLY, code or ""):
+        return None  # a setup told in prose: its flags are read as the question's facts
     return code or None
+
+
+# A lone quantization config written inside a sentence ("BitsAndBytesConfig(load_in_4bit=True)
+# for Qwen2.5-0.5B, one prompt at a time"): prose about a setup, not code to audit.
+_CONFIG_ONLY = r"(?:BitsAndBytesConfig|TorchAoConfig)\([^()\n]{0,200}\)"
 
 
 def source_paths(words: list[Word]) -> list[str]:

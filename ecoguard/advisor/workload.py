@@ -32,7 +32,7 @@ _RE_CONTEXT_AFTER = lazy_pattern(
 # "1024 tokens in" is a length; "1M tokens in a month" is a volume (a period follows).
 _RE_IN = lazy_pattern(
     rf"({NUMBER})\s*(?:tokens?\s+(?:in\b(?!\s+(?:an?|one|each|every|per)\b)|input|prompt)"
-    rf"|in\s*(?=/)|input\b|prompt\b)"
+    rf"|in\s*(?=/)|input\b(?!\s+at\b)|prompt\b(?!\s+at\b))"
     rf"|(?:prompt|input|输入)\s*(?:tokens?)?\s*(?:=|:|：|of)?\s*({NUMBER})",
     re.I,
 )
@@ -72,7 +72,7 @@ def batch_sizes(masked: str, lower: str) -> tuple[int, ...]:
     """The batch sizes stated, smallest first. A size that is not a whole number from 1 to
     ``MAX_BATCH_SIZE`` is a usage error, and so are two sizes unless the question compares."""
     if "batch" not in lower and "bs" not in lower and "批" not in lower:
-        return ()
+        return (1,) if one_at_a_time(lower) else ()
     _check_batch_sizes(masked)
     batches = {int(parse_number(first_group(b))) for b in _RE_BATCH().finditer(masked)}
     batches = {b for b in batches if b > 0}
@@ -81,7 +81,32 @@ def batch_sizes(masked: str, lower: str) -> tuple[int, ...]:
             f"contradiction: more than one batch size given ({', '.join(map(str, sorted(batches)))}); "
             "give one, or ask to compare"
         )
+    if not batches and one_at_a_time(lower):
+        return (1,)
     return tuple(sorted(batches))
+
+
+# Prompts sent one by one: batch size 1, stated in words.
+_ONE_AT_A_TIME = (
+    "one at a time",
+    "prompt at a time",
+    "request at a time",
+    "one by one",
+    "for loop",
+    "in a loop",
+    "sequentially",
+    "逐条",
+    "一条一条",
+    "一个一个",
+    "逐个",
+    "循环",
+)
+
+
+def one_at_a_time(lower: str) -> bool:
+    """The question says prompts go one at a time (``one prompt at a time``, ``in a for loop``,
+    ``逐条``): batch size 1."""
+    return any(w in lower for w in _ONE_AT_A_TIME)
 
 
 class Lengths(NamedTuple):

@@ -186,3 +186,42 @@ def test_the_engine_decision_is_the_engine_mappings():
     assert nf4.precision == "nf4" and nf4.quant.method == "bitsandbytes"
     int8, _ = served_by(base.with_(precision="int8_mixed", quant=QuantSpec()), "sglang")
     assert int8.precision == "int8_mixed" and int8.quant.int8_threshold == 6.0
+
+
+# -- 5. a setup told in prose -------------------------------------------------------------------
+
+
+PROSE = (
+    "BitsAndBytesConfig(load_in_4bit=True) for Qwen/Qwen2.5-0.5B, one prompt at a time in a "
+    "for loop"
+)
+
+
+def test_a_setup_in_prose_is_read_as_facts_not_audited_as_code():
+    parsed = parse_question(PROSE)
+    assert parsed.code is None and parsed.protocol != "audit"
+    assert (parsed.model, parsed.precision, parsed.batch_size) == ("Qwen/Qwen2.5-0.5B", "nf4", 1)
+    assert parsed.prompt_tokens is None  # "one prompt at a time" is not a 1-token prompt
+    assert parsed.use == "batch"
+
+
+def test_a_setup_in_prose_finds_its_traps():
+    answer = advise(PROSE)
+    assert {"small-model-quant", "batch-size-one"} <= _rules(answer)
+    assert answer.to_dict()["mood"] != "green"
+
+
+def test_real_code_is_still_audited():
+    parsed = parse_question(
+        "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', "
+        "quantization_config=BitsAndBytesConfig(load_in_4bit=True))"
+    )
+    assert parsed.protocol == "audit" and parsed.code
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["Qwen2.5-7B on A800, prompts sent one by one", "Qwen2.5-7B 在 A800 上逐条推理"],
+)
+def test_one_at_a_time_is_batch_size_one(question):
+    assert parse_question(question).batch_size == 1
