@@ -156,6 +156,8 @@ def _coverage(points: list[Point], mode: str) -> list[tuple[bool, float]]:
         ]
         if len(others) < 3:
             others = [o.residual for o in points if o.residual is not None and o is not p]
+        if not others:  # a lone point: its band is its own, with no method error to add
+            others = [0.0]
         lower, upper = band_for(
             p.base_down, p.base_up, quantile(others, 0.1), quantile(others, 0.9)
         )

@@ -21,7 +21,7 @@ from ecoguard.knowledge.estimator import estimate
 from ecoguard.knowledge.evidence import MIN_TOKENS, evidence, session_of
 from ecoguard.knowledge.ladder import Query, gpu_exponents, resolve
 from ecoguard.knowledge.memory import memory_need, usable_vram_gb
-from ecoguard.knowledge.validation import measured_configs
+from ecoguard.knowledge.validation import Point, measured_configs, summary
 from ecoguard.rules import evaluate
 
 GEN = 256
@@ -275,3 +275,10 @@ def test_l4_llama2_7b_fp16_is_inside_the_envelope_and_says_so():
     assert est.energy_per_1k_tokens_j < 16_210 and math.isclose(
         est.energy_per_1k_tokens_j, env.high_j_per_1k
     )
+
+
+def test_coverage_of_a_lone_point_does_not_crash():
+    """A method with a single scored point (no others to calibrate on) still gets a band."""
+    lone = Point("config", "a800", "m", "fp16", 1, 100.0, 110.0, "size", 0.1, 0.1)
+    result = summary([lone], "config")
+    assert result["coverage_pct"] == 100.0 and result["by_method"]["size"]["n"] == 1
