@@ -292,9 +292,9 @@ def _print_measured_basis(result) -> None:
     if result.measurements:
         count = len(result.measurements)
         print(
-            "  measured:   one session"
+            "  sessions:   one"
             if count == 1
-            else f"  measured:   {count} sessions (the figure is their median)"
+            else f"  sessions:   {count} (the figure is their median)"
         )
         for session, value in result.measurements:
             source, _, label = session.rpartition("#")

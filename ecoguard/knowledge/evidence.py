@@ -299,11 +299,14 @@ class Evidence:
         ]
         value = statistics.median(values)
         low, high, known = self.band(values, value)
+        documents = len({r.source for r in rows})
         if len(values) == 1:
             desc = (
                 f"{rows[0].tier} row {rows[0].id}"
                 if len(rows) == 1
-                else (f"mean of {len(rows)} {rows[0].tier} rows of one session")
+                else f"one {rows[0].tier} run quoted by {documents} documents"
+                if documents > 1
+                else f"mean of {len(rows)} {rows[0].tier} rows of one session"
             )
         else:
             desc = (
