@@ -346,7 +346,7 @@ class ShellLexer:
         name, operator, default = parsed.groups()
         value = self._value(name)
         if operator is None:
-            return (value, True) if value is not None else ("$" + raw, False)
+            return (value, True) if value is not None else (raw, False)
         unset = value is None or (operator.startswith(":") and value == "")
         if operator.endswith(("-", "=")) and unset:
             value = _unquoted(default, self.env)
@@ -355,7 +355,7 @@ class ShellLexer:
         elif operator.endswith("+"):
             value = "" if unset else _unquoted(default, self.env)
         elif unset:  # ${VAR:?message}
-            return "$" + raw, False
+            return raw, False
         return value, True
 
     def _substitution(self) -> str:
