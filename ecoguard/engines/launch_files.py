@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ecoguard.engines.engine_args import EngineConfig, parse_command
-from ecoguard.engines.shell_lex import ShellEnv, Word, shell_commands
+from ecoguard.engines.shell_lex import ShellEnv, ShellLexer, Word, shell_commands
 
 # Images whose entrypoint is an engine: arguments given to them (``docker run IMAGE --model x``,
 # a compose ``command:``, Kubernetes ``args:``) are that engine's arguments.
@@ -268,7 +268,8 @@ def _docker_variables(
 ) -> None:
     """``ENV A=1 B=2`` / ``ENV A 1`` / ``ARG A=1``: values as Docker substitutes them."""
     text = "\\\n".join(piece for _, piece in pieces)
-    words = [word for command in shell_commands(text, 1, build_env.fresh()) for word, _ in command]
+    lexer = ShellLexer(text, 1, build_env, record=False)  # substituted, nothing assigned yet
+    words = [word for command in lexer.commands() for word, _ in command]
     if not words:
         return
     if "=" in words[0]:
