@@ -10,8 +10,9 @@ thread and one descriptor each); further ones wait in the kernel's listen backlo
 process nothing, until one closes. A request must arrive whole, and its reply be sent, within
 :data:`REQUEST_DEADLINE_S` of its first byte (of the connection, for the first request), however
 slowly its bytes trickle in; a connection past that is cut. Between requests a kept-alive
-connection may idle :data:`IDLE_TIMEOUT_S`, less when every slot is taken: then idle ones are
-closed first, so a real scrape gets a slot.
+connection may idle :data:`IDLE_TIMEOUT_S`. When every slot is taken, idle connections are
+closed and requests older than :data:`PRESSURE_GRACE_S` are cut, so the queue moves and a real
+scrape gets a slot.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ DEFAULT_MAX_CONNECTIONS = DEFAULT_METRICS_MAX_CONNECTIONS
 # Seconds from a request's first byte (the connection's accept, for its first request) until
 # its reply is sent. Prometheus' own scrape timeout defaults to 10 s; a scrape takes ms.
 REQUEST_DEADLINE_S = 10.0
+# At the cap (connections waiting in the backlog), a request still unanswered after this many
+# seconds is cut without waiting for its deadline: a scrape is answered in milliseconds, so the
+# slots go to the queue instead of to connections that trickle.
+PRESSURE_GRACE_S = 0.5
 # Seconds a kept-alive connection may wait for its next request (a scrape interval is 15-60 s;
 # Prometheus reconnects when it finds the connection closed).
 IDLE_TIMEOUT_S = 30.0
@@ -183,8 +188,8 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
             REQUEST_DEADLINE_S if request_deadline_s is None else float(request_deadline_s)
         )
         self._slots = threading.BoundedSemaphore(self.max_connections)
-        # Open client connections -> the monotonic deadline of the request each is in (None:
-        # idle between requests). stop() closes kept-alive ones: Prometheus reuses its
+        # Open client connections -> the monotonic time the request each is in started (None:
+        # idle between requests; inf: already cut). stop() closes kept-alive ones: Prometheus reuses its
         # connection, and a handler thread would otherwise go on answering it after shutdown().
         self._connections: dict[socket.socket, float | None] = {}
         self._connections_lock = threading.Lock()
@@ -224,7 +229,7 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
         with self._connections_lock:
             # The first request's deadline runs from the accept: a connection that sends
             # nothing holds its slot no longer than one that sends slowly.
-            self._connections[request] = time.monotonic() + self.request_deadline_s
+            self._connections[request] = time.monotonic()
             self._counts["peak_open"] = max(self._counts["peak_open"], len(self._connections))
         super().process_request(request, client_address)
 
@@ -241,7 +246,7 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
         """A request's first byte arrived on ``request``: its deadline starts now."""
         with self._connections_lock:
             if request in self._connections:
-                self._connections[request] = time.monotonic() + self.request_deadline_s
+                self._connections[request] = time.monotonic()
 
     def note_idle(self, request: socket.socket) -> None:
         """``request`` answered and waits for the next request (kept alive)."""
@@ -251,12 +256,17 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
 
     def service_actions(self) -> None:
         """Once per turn of the accept loop (every poll interval at least): cut connections
-        past their request deadline and, when every slot was taken, idle kept-alive ones."""
-        now = time.monotonic()
+        past their request deadline and, when every slot was taken, idle kept-alive ones and
+        requests older than the pressure grace."""
         full, self._full = self._full, False
+        allowed = self.request_deadline_s
+        if full:
+            allowed = min(allowed, PRESSURE_GRACE_S)
+        cutoff = time.monotonic() - allowed
         with self._connections_lock:
-            late = [c for c, due in self._connections.items() if due is not None and due <= now]
-            idle = [c for c, due in self._connections.items() if due is None] if full else []
+            items = self._connections.items()
+            late = [c for c, start in items if start is not None and start <= cutoff]
+            idle = [c for c, start in items if start is None] if full else []
             for connection in late + idle:
                 self._connections[connection] = float("inf")  # cut once, counted once
             self._counts["at_capacity"] += full
@@ -265,9 +275,10 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
         if late and self._counts["cut_at_deadline"] == len(late):
             _log.warning(
                 "ecoguard: /metrics cut a connection that had not sent its request and received "
-                "its reply within %g s (a client stalled or trickling bytes); further ones are "
+                "its reply within %g s (a client stalled or trickling bytes%s); further ones are "
                 "counted in connection_stats()",
-                self.request_deadline_s,
+                allowed,
+                ", with every connection slot taken" if full else "",
             )
         for connection in late + idle:
             _cut(connection)
