@@ -16,8 +16,9 @@ parts; trap rows are appended one cell at a time):
    Qwen2.5-0.5B shapes built from their configs with random weights (nothing downloaded),
    measured by ``ecoguard bench``'s protocol (warm-up, n runs, CV, same-session FP16
    baseline), exactly 64 new tokens after a 128-token prompt (``min_new_tokens`` =
-   ``max_new_tokens``): FP16, bitsandbytes int8 mixed (threshold 6) and pure (threshold 0),
-   NF4, torchao float8 weight-only eager and compiled; FP16 at batch 1, 8 and 32. Every cell
+   ``max_new_tokens``): at 7B FP16, bitsandbytes int8 mixed (threshold 6) and pure
+   (threshold 0), NF4, torchao float8 weight-only eager and compiled, FP16 at batch 1, 8 and
+   32; at 1.5B and 0.5B FP16 and NF4 (the small-model quantization trap). Every cell
    is a ``local`` row (``ecoguard bench`` schema: GPU, driver, CUDA, torch and library
    versions). See gpu_validation_traps.py.
 3. **Summary** (``summary.md``, ``summary.json``): each row beside ecoguard's estimate for
@@ -34,20 +35,23 @@ Expected duration on one H100/H200 (from the work each part does; the first GPU 
   (5 rounds x 3 blocks x 20 calls of 8 tokens of a 2-layer model, ~25 ms a call): ~10 s.
   About 35 s.
 * part 2, at bs 1 HF eager decoding of a 7B model runs ~25 ms a token in FP16 (launch-bound),
-  and the study's ratios put int8 mixed at ~5x, int8 pure ~2.5x, NF4 and float8 eager ~2x;
+  and the study's ratios put int8 mixed at ~5x, int8 pure ~2.5x, NF4 ~2x (float8 eager: the
+  study's ~9x is an A800 without FP8 units; ~3x assumed on Hopper);
   each cell is 1 warm-up + 3 runs of 64 tokens = 256 tokens:
   - build the 7B checkpoint (random init on the GPU, 14.5 GB written): ~45 s;
   - 7B traps (5 precisions, bs 1): ~80 s of decoding + ~65 s of loads (bitsandbytes and
     torchao quantize at load): ~150 s;
   - 7B FP16 at bs 8 and 32 (~30 ms a step): ~30 s;
-  - 1.5B and 0.5B, FP16 and NF4 (build ~10 / 5 s): ~30 s each;
-  - 7B float8 compiled: load ~15 s, inductor compile of the decode step ~60-120 s: ~150 s.
+  - 1.5B and 0.5B, FP16 and NF4 at bs 1 (~15-20 ms a token): build ~10 / 5 s, then ~25 s
+    each;
+  - 7B float8 compiled: load ~15 s, then transformers' default compile (inductor,
+    ``reduce-overhead``: CUDA graphs) of the decode step, ~60-90 s, and 4 fast calls: ~120 s.
 * part 3: under a second.
 
-About 7.5-8 minutes in all. ``--time-limit`` (default 470 s) is a hard limit: a step whose
-estimate no longer fits is skipped with the reason (the compiled float8 step comes last so it
-is the one to go), and at the limit the running cell is cut, the finished ones kept and the
-summary written. ``--tiny`` runs the same parts on the CPU against ecoguard's fake NVML driver
+About 460 s (7.7 minutes) in all; ``run.json`` records what each part and step really took.
+``--time-limit`` (default 470 s) is a hard limit: a step whose estimate no longer fits is
+skipped with the reason (the compiled float8 step comes last so it is the one to go), and at
+the limit the running cell is cut, the finished ones kept and the summary written. ``--tiny`` runs the same parts on the CPU against ecoguard's fake NVML driver
 (tiny Llama and Qwen2 shapes, a few tokens, shorter windows): CI runs it in well under a minute.
 It needs gcc (the fake driver is compiled at start).
 """
@@ -78,7 +82,7 @@ import gpu_validation_traps as traps_part
 
 GPU_TIME_LIMIT_S = 470.0
 TINY_TIME_LIMIT_S = 300.0
-METER_ESTIMATE_S = {"gpu": 35.0, "tiny": 5.0}
+METER_ESTIMATE_S = {"gpu": 35.0, "tiny": 15.0}
 PACKAGES = (
     "torch",
     "transformers",
@@ -392,10 +396,10 @@ def _print_parts(run: Run) -> None:
         reason = f": {part['reason']}" if part.get("reason") else ""
         print(f"part {name}: {status}{seconds}{reason}")
         for step in part.get("steps", []):
-            extra = step.get("reason") or (
-                f"{step.get('measured', 0)} cells measured in {step.get('seconds', 0):.1f} s"
-            )
-            print(f"  {step['step']}: {step['status']}, {extra}")
+            extra = step.get("reason")
+            if step["status"] == "done":
+                extra = f"{step['measured']} cells measured in {step['seconds']:.1f} s"
+            print(f"  {step['step']}: {step['status']}" + (f", {extra}" if extra else ""))
             for cell, why in step.get("skipped", {}).items():
                 print(f"    {cell} skipped: {why}")
 
@@ -457,6 +461,7 @@ def _run_parts(run: Run, budget: Budget, args: argparse.Namespace, work: Path) -
             try:
                 part()
             except KeyboardInterrupt:
+                run.parts.setdefault(name, {})["status"] = "interrupted"
                 raise
             except Exception as exc:
                 failed = True

@@ -131,6 +131,13 @@ def load_zeus() -> tuple[Any, str]:
         return None, f"skipped: ZeusMonitor did not start ({type(exc).__name__}: {exc})"
 
 
+def _zeus_gpu_j(measurement: Any) -> float:
+    """GPU 0's joules of a Zeus Measurement (``total_energy`` would add the CPU's where Zeus
+    reads RAPL too)."""
+    per_gpu = getattr(measurement, "gpu_energy", None) or {}
+    return float(per_gpu[0]) if 0 in per_gpu else float(measurement.total_energy)
+
+
 @dataclass
 class WindowRun:
     """One measured window: each method's joules (None where a method did not run)."""
@@ -169,9 +176,11 @@ def measure_windows(
             work(window_s)
             c1 = counter()
             record = meter.end(window, tokens=1, requests=1)
+            if record is None:
+                raise RuntimeError("the meter gave no record for GPU 0: is it visible to NVML?")
             zeus_j = None
             if zeus is not None:
-                zeus_j = zeus.end_window(f"w{window_s}-{i}", sync_execution=False).total_energy
+                zeus_j = _zeus_gpu_j(zeus.end_window(f"w{window_s}-{i}", sync_execution=False))
             runs.append(
                 WindowRun(
                     window_s=window_s,

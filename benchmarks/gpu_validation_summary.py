@@ -193,6 +193,15 @@ def _num(value: float | None, digits: int = 1, suffix: str = "") -> str:
     return "-" if value is None else f"{value:,.{digits}f}{suffix}"
 
 
+def _basis(line: Line) -> str:
+    """The estimate's method, cut to its first clause (the JSON keeps it whole); a missing
+    estimate keeps its reason."""
+    method = line.predicted_method
+    if line.predicted_tier == "none":
+        return method if len(method) <= 120 else method[:117] + "..."
+    return method.split(":")[0]
+
+
 def _signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}%"
 
@@ -227,30 +236,75 @@ def markdown(lines: list[Line], gpu_name: str, tiny: bool) -> str:
             f"{_num(line.measured_j_per_1k)} ({_num(line.measured_cv_pct, 1, '%')}) | "
             f"{_num(line.throughput_tok_s)} | {_num(line.power_w)} | "
             f"{_num(line.predicted_j_per_1k, 0)}{interval} | {inside} | "
-            f"{line.predicted_tier}: {line.predicted_method.split(':')[0]} | "
+            f"{line.predicted_tier}: {_basis(line)} | "
             f"{line.study_gpu or '-'} | "
             f"{_num(line.study_j_per_1k, 0)}{lengths} |"
         )
+    return "\n".join(out + _traps_table(lines) + _compiled_note(lines)) + "\n"
+
+
+def _traps_table(lines: list[Line]) -> list[str]:
     traps = [
         line for line in lines if line.precision != "fp16" and line.delta_vs_fp16_pct is not None
     ]
-    if traps:
-        out += [
-            "",
-            "The traps: change in J/1k against FP16 at the same batch size, same session here; "
-            "on the study's GPU its own pairing.",
-            "",
-            "| shape | precision | batch | here vs FP16 | study vs FP16 | study GPU | same direction |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for line in traps:
-            here, there = line.delta_vs_fp16_pct, line.study_delta_vs_fp16_pct
-            agree = "-" if here is None or there is None else ("yes" if here * there > 0 else "NO")
+    if not traps:
+        return []
+    out = [
+        "",
+        "The traps: change in J/1k against FP16 at the same batch size, same session here; "
+        "on the study's GPU its own pairing.",
+        "",
+        "| shape | precision | batch | here vs FP16 | study vs FP16 | study GPU | same direction |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for line in traps:
+        here, there = line.delta_vs_fp16_pct, line.study_delta_vs_fp16_pct
+        agree = "-" if here is None or there is None else ("yes" if here * there > 0 else "NO")
+        out.append(
+            f"| {line.shape} | {line.precision} | {line.batch_size} | {_signed(here)} | "
+            f"{_signed(there)} | {line.study_gpu or '-'} | {agree} |"
+        )
+    return out
+
+
+def compiled_changes(lines: list[Line]) -> list[tuple[Line, float | None, float | None]]:
+    """Each compiled row with its change (%) against the eager row and the FP16 row of the same
+    shape and batch size. Those were measured in other sessions of the same run."""
+
+    def figure(shape: str, precision: str, batch: int) -> float | None:
+        for line in lines:
+            if (line.shape, line.precision, line.batch_size, line.compiled) == (
+                shape,
+                precision,
+                batch,
+                False,
+            ):
+                return line.measured_j_per_1k
+        return None
+
+    def change(value: float, base: float | None) -> float | None:
+        return (value - base) / base * 100 if base else None
+
+    out = []
+    for line in lines:
+        if line.compiled:
+            eager = figure(line.shape, line.precision, line.batch_size)
+            fp16 = figure(line.shape, "fp16", line.batch_size)
             out.append(
-                f"| {line.shape} | {line.precision} | {line.batch_size} | {_signed(here)} | "
-                f"{_signed(there)} | {line.study_gpu or '-'} | {agree} |"
+                (line, change(line.measured_j_per_1k, eager), change(line.measured_j_per_1k, fp16))
             )
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _compiled_note(lines: list[Line]) -> list[str]:
+    out = []
+    for line, vs_eager, vs_fp16 in compiled_changes(lines):
+        out.append(
+            f"\n{line.shape} {line.precision} compiled, batch {line.batch_size}: "
+            f"{_signed(vs_eager)} J/1k against eager, {_signed(vs_fp16)} against FP16 "
+            "(sessions of this run measured one after the other, not one session)."
+        )
+    return out
 
 
 def to_json(lines: list[Line]) -> list[dict[str, Any]]:

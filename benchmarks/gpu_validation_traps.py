@@ -135,9 +135,9 @@ GPU_STEPS: tuple[Step, ...] = (
     Step("7b-traps", "mistral-7b", ("fp16", "int8_mixed", "int8_pure", "nf4", "fp8_weight_only"),
          (1,), 150),
     Step("7b-batch", "mistral-7b", ("fp16",), (8, 32), 30),
-    Step("1.5b-quant", "qwen2.5-1.5b", ("fp16", "int8_mixed", "nf4"), (1,), 40),
-    Step("0.5b-quant", "qwen2.5-0.5b", ("fp16", "int8_mixed", "nf4"), (1,), 35),
-    Step("7b-fp8-compiled", "mistral-7b", ("fp8_weight_only",), (1,), 150, compiled=True),
+    Step("1.5b-quant", "qwen2.5-1.5b", ("fp16", "nf4"), (1,), 25),
+    Step("0.5b-quant", "qwen2.5-0.5b", ("fp16", "nf4"), (1,), 25),
+    Step("7b-fp8-compiled", "mistral-7b", ("fp8_weight_only",), (1,), 120, compiled=True),
 )  # fmt: skip
 TINY_STEPS: tuple[Step, ...] = (
     Step("tiny-traps", "tiny-llama", ("fp16", "int8_mixed", "int8_pure", "nf4", "fp8_weight_only"),
@@ -229,12 +229,45 @@ class TrapsPart:
         return self.built[shape.key]
 
     def run_step(self, step: Step, on_cuda: bool) -> dict[str, Any]:
-        """One bench session; its cells land in rows.jsonl as they finish."""
+        """One bench session. Each cell lands in rows.jsonl (measured) and traps.json (any
+        status) as it ends; traps.json is written again when the step ends or is cut short."""
         shape = SHAPES[step.shape]
         started = time.monotonic()
-        folder = self.model_folder(shape, on_cuda)
-        built_s = time.monotonic() - started
-        plan = BenchPlan(
+        summary: dict[str, Any] = {
+            "step": step.name,
+            "shape": shape.key,
+            "shape_source": shape.source,
+            "compiled": step.compiled,
+            "seconds": None,
+            "build_seconds": None,
+            "interrupted": False,
+            "session": None,
+            "cells": [],
+        }
+        self.steps_done.append(summary)
+        try:
+            folder = self.model_folder(shape, on_cuda)
+            summary["build_seconds"] = round(time.monotonic() - started, 2)
+            result = run_bench(
+                self._plan(step, folder),
+                settings=self.settings,
+                meter=self.meter,
+                on_start=lambda result: self._start(result, shape, summary),
+                on_cell=lambda cell, result: self._keep_cell(cell, result, step, summary),
+                load_model=compiled_loader(self.protocol) if step.compiled else None,
+            )
+            if result.interrupted:
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            summary["interrupted"] = True
+            raise
+        finally:
+            summary["seconds"] = round(time.monotonic() - started, 2)
+            self._write_steps()
+        return summary
+
+    def _plan(self, step: Step, folder: Path) -> BenchPlan:
+        return BenchPlan(
             model=str(folder),
             precisions=step.precisions,
             batch_sizes=step.batch_sizes,
@@ -245,40 +278,24 @@ class TrapsPart:
             idle_s=self.protocol.idle_s,
             backend="nvml",
         )
-        result = run_bench(
-            plan,
-            settings=self.settings,
-            meter=self.meter,
-            on_start=lambda result: self._name_model(result, shape),
-            on_cell=lambda cell, result: self._keep_cell(cell, result, step),
-            load_model=compiled_loader(self.protocol) if step.compiled else None,
-        )
-        summary = {
-            "step": step.name,
-            "shape": shape.key,
-            "shape_source": shape.source,
-            "compiled": step.compiled,
-            "seconds": round(time.monotonic() - started, 2),
-            "build_seconds": round(built_s, 2),
-            "interrupted": result.interrupted,
-            "session": result.info.to_dict(),
-            "cells": [cell.to_dict() for cell in result.cells],
-        }
-        self.steps_done.append(summary)
-        self._write_steps()
-        if result.interrupted:
-            raise KeyboardInterrupt
-        return summary
 
-    def _name_model(self, result: BenchResult, shape: Shape) -> None:
+    def _start(self, result: BenchResult, shape: Shape, summary: dict[str, Any]) -> None:
         """Rows name the shape they stand for, not the temporary folder it was saved in."""
         suffix = " (tiny mode)" if self.tiny else ""
         result.info.model_id = f"random-weights/{shape.key}{suffix}"
         result.info.model_key = shape.registry
+        summary["session"] = result.info.to_dict()
+        self._write_steps()
 
-    def _keep_cell(self, cell: CellResult, result: BenchResult, step: Step) -> None:
-        if cell.status != "measured":
-            return
+    def _keep_cell(
+        self, cell: CellResult, result: BenchResult, step: Step, summary: dict[str, Any]
+    ) -> None:
+        if cell.status == "measured":
+            self._append_row(cell, result, step)
+        summary["cells"].append(cell.to_dict())
+        self._write_steps()
+
+    def _append_row(self, cell: CellResult, result: BenchResult, step: Step) -> None:
         row = bench_data.build_row(cell, result)
         note = f"random weights, {SHAPES[step.shape].source} shape; " + row.note
         if step.compiled:
@@ -304,4 +321,6 @@ class TrapsPart:
 
     def _write_steps(self) -> None:
         text = json.dumps({"steps": self.steps_done}, indent=2, default=str)
-        (self.out / "traps.json").write_text(text + "\n", encoding="utf-8")
+        partial = self.out / "traps.json.partial"
+        partial.write_text(text + "\n", encoding="utf-8")
+        partial.replace(self.out / "traps.json")

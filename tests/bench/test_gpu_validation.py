@@ -195,6 +195,53 @@ def test_summary_sets_a_row_beside_the_estimate_and_the_nearest_study_gpu():
     assert "Tiny mode" not in text
 
 
+def test_summary_compares_compiled_float8_with_eager_and_fp16():
+    summary = load_benchmark("gpu_validation_summary")
+
+    def record(precision: str, j_per_1k: float, compiled: bool) -> dict:
+        row = ReferenceRow(
+            id=f"local/s/h100_sxm/mistral-7b/{precision}/bs1" + ("/compiled" if compiled else ""),
+            gpu="h100_sxm",
+            model_id="random-weights/mistral-7b",
+            params_b=7.24,
+            precision=precision,
+            batch_size=1,
+            prompt_tokens=128,
+            generation_tokens=64,
+            throughput_tok_s=None,
+            throughput_std=None,
+            power_w=None,
+            power_std=None,
+            energy_j_per_1k=j_per_1k,
+            energy_j_per_1k_std=None,
+            energy_j_per_request=None,
+            n_runs=3,
+            cv_pct=None,
+            perplexity=None,
+            software="",
+            date="2026-12-04",
+            tier="local",
+            source="",
+            note="",
+            model_key="mistral-7b",
+        ).to_dict()
+        row["gpu_validation"] = {"shape": "mistral-7b", "compiled": compiled}
+        return row
+
+    records = [
+        record("fp16", 400.0, False),
+        record("fp8_weight_only", 1000.0, False),
+        record("fp8_weight_only", 300.0, True),
+    ]
+    lines = summary.build_lines(records, resolve_gpu("h100_sxm"))
+    ((line, vs_eager, vs_fp16),) = summary.compiled_changes(lines)
+    assert line.compiled and vs_eager == pytest.approx(-70.0) and vs_fp16 == pytest.approx(-25.0)
+    text = summary.markdown(lines, "NVIDIA H100 80GB HBM3", tiny=False)
+    assert (
+        "fp8_weight_only compiled, batch 1: -70.0% J/1k against eager, -25.0% against FP16" in text
+    )
+
+
 def test_time_limit_skips_what_no_longer_fits_and_interrupts_at_the_limit():
     gpu_validation = load_benchmark("gpu_validation")
     budget = gpu_validation.Budget(limit_s=100.0)
@@ -227,3 +274,22 @@ def test_wrapper_without_an_out_folder_is_a_usage_error():
         ["bash", str(BENCHMARKS / "gpu_validation.sh")], capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 2 and "usage:" in done.stderr
+
+
+@pytest.mark.parametrize("key", ["mistral-7b", "qwen2.5-1.5b", "qwen2.5-0.5b"])
+def test_the_gpu_shapes_have_the_registry_models_parameter_counts(key):
+    """The configs written in the script build the models they stand for (counted on the meta
+    device: no memory, no weights)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from ecoguard.knowledge import resolve_model
+
+    traps = load_benchmark("gpu_validation_traps")
+    shape = traps.SHAPES[key]
+    config_class = {"mistral": transformers.MistralConfig, "qwen2": transformers.Qwen2Config}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            config_class[shape.family](**shape.config), dtype=torch.float16
+        )
+    expected = resolve_model(shape.registry).params_b
+    assert model.num_parameters() / 1e9 == pytest.approx(expected, rel=0.01)
