@@ -363,15 +363,14 @@ class GpuTrack:
                 return self._offset_j + raw_j + drawn_j
         if (
             previous_raw is not None
+            and raw_j != previous_raw  # (first: most reads at a call's edges see no change)
             and self.backend.counter_quantised
             and self.phase.period_s
             and not self.phase.near_update(t, 0.002)
             and not self.phase.near_update(self._last_raw_t, 0.002)
+            and self.phase.updates_between(self._last_raw_t, t) <= 0
         ):
-            changed = raw_j != previous_raw
-            predicted = self.phase.updates_between(self._last_raw_t, t) > 0
-            if changed and not predicted:
-                self.needs_calibration = True  # the phase drifted: the sampler recalibrates
+            self.needs_calibration = True  # changed, none predicted: the phase drifted
         if previous_raw is None or raw_j != previous_raw:
             self._raw_lower_t = self._last_raw_t if previous_raw is not None else -math.inf
             self._raw_first_seen_t = t
