@@ -15,6 +15,7 @@ from ecoguard.advisor.protocols.base import (
     AdvisorResult,
     cited_result,
     figure,
+    row_lookup,
     with_precision,
 )
 from ecoguard.advisor.texts import Text
@@ -95,7 +96,7 @@ def diagnose(
         general = bool(traps)
     gaps = [abs(c["gap_pct"]) for c in comparisons if c["gap_pct"] is not None]
     confidence = _confidence(traps, gaps, general, seen.candidates, deployment.precision)
-    explained, explained_rows = _explained(traps)
+    explained, explained_rows = _explained(traps, dep)
     evidence = [*(expected.get("rows") or ()), *(r for f in traps for r in f.evidence)]
     verdict = _verdict(traps, expected, gaps, confidence, language)
     return cited_result(
@@ -229,19 +230,75 @@ def _confidence(
     return "high"
 
 
-def _explained(traps: list[Finding]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Each trap's rule explained (why, evidence rows), and the ids of those rows."""
+# Evidence rows shown per trap at most (the rule's rows on the question's GPU come first).
+_EVIDENCE_SHOWN = 12
+
+
+def _explained(traps: list[Finding], dep: Deployment) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each trap's rule explained (why) with the rows behind it for THIS deployment: the
+    finding's own rows on the question's GPU (its figures came from them), else the rule's rows
+    on that GPU, else the rule's rows elsewhere (``on_gpu`` False: the answer says so); of those,
+    the rows of the deployment's precision (and their FP16 baselines) when there are any."""
     explained: list[dict[str, Any]] = []
     row_ids: list[str] = []
     for f in traps:
-        info = explain(f.rule)
-        rows = info.get("evidence") or info.get("evidence_rows") or []
-        for item in rows:
-            row_id = item.get("id") if isinstance(item, dict) else item
-            if isinstance(row_id, str):
-                row_ids.append(row_id)
-        explained.append({"rule": f.rule, "why": info.get("why"), "evidence": rows})
+        rows = _trap_rows(f, dep)
+        on_gpu = any(r.gpu == dep.gpu.profile and r.precision != "fp16" for r in rows)
+        shown = [_evidence_dict(r) for r in rows[:_EVIDENCE_SHOWN]]
+        row_ids += [r["id"] for r in shown]
+        explained.append(
+            {"rule": f.rule, "why": explain(f.rule).get("why"), "evidence": shown, "on_gpu": on_gpu}
+        )
     return explained, row_ids
+
+
+def _trap_rows(finding: Finding, dep: Deployment) -> list[Any]:
+    """The reference rows behind ``finding`` for ``dep`` (see ``_explained``), in data order."""
+    by_id = row_lookup()
+    gpu = dep.gpu.profile
+    spec = RULES.get(finding.rule)
+    ruled = [
+        r
+        for r in by_id.values()
+        if r.tier in ("measured", "reported")
+        and spec is not None
+        and spec.evidence is not None
+        and spec.evidence(r)
+    ]
+    own = [by_id[i] for i in dict.fromkeys(finding.evidence) if i in by_id]
+    choices = [ruled, own]
+    if gpu:
+        choices = [[r for r in own if r.gpu == gpu], [r for r in ruled if r.gpu == gpu], *choices]
+    # The first choice with a row of the trap itself (FP16 baselines alone show no trap).
+    rows = next((c for c in choices if any(r.precision != "fp16" for r in c)), own)
+    same = [r for r in rows if r.precision == dep.precision and r.precision != "fp16"]
+    if same:
+        # ... beside the FP16 baselines of the same GPU, model and batch size.
+        keys = {(r.gpu, r.model_id, r.batch_size) for r in same}
+        baselines = [r for r in (*rows, *own) if r.precision == "fp16"]
+        rows = [
+            *same,
+            *{r.id: r for r in baselines if (r.gpu, r.model_id, r.batch_size) in keys}.values(),
+        ]
+    return rows
+
+
+def _evidence_dict(row: Any) -> dict[str, Any]:
+    """A reference row as a trap's evidence (the fields ``rules.explain`` gives, and the
+    row's own published change vs FP16 when it has one)."""
+    out = {
+        "id": row.id,
+        "gpu": row.gpu,
+        "model": row.model_id,
+        "precision": row.precision,
+        "batch_size": row.batch_size,
+        "energy_j_per_1k": row.energy_j_per_1k,
+        "tier": row.tier,
+        "source": row.source,
+    }
+    if row.delta_vs_fp16_pct is not None:
+        out["delta_vs_fp16_pct"] = row.delta_vs_fp16_pct
+    return out
 
 
 def _verdict(
