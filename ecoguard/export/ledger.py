@@ -15,7 +15,7 @@ is warned about once.
 A forked child (``os.fork``, multiprocessing's ``fork`` start method, gunicorn ``--preload``)
 inherits no writer thread and must not touch the parent's SQLite connection: a fork hook,
 registered when a ledger first starts, gives the child a fresh queue, a fresh writer thread and its
-own connection, so the child's records land in the same file (see :func:`_after_fork_in_child`).
+own connection, so the child's records land in the same file (:mod:`ecoguard.export.ledger_process`).
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ import queue
 import sqlite3
 import threading
 import time
-import warnings
-import weakref
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 from ecoguard import events
+from ecoguard.export import ledger_process
 from ecoguard.export.ledger_db import (
     _BAD_RECORD_ERRORS,
     _INSERT,
@@ -51,9 +50,9 @@ from ecoguard.export.ledger_db import (
     record_row,
     write_records,
 )
+from ecoguard.export.ledger_process import LedgerWarning
+from ecoguard.export.ledger_process import say as _say
 from ecoguard.faults import record_fault
-from ecoguard.faults import reinit_after_fork as reinit_faults_after_fork
-from ecoguard.forking import register_fork_hooks
 
 __all__ = [
     "APPLICATION_ID",
@@ -97,10 +96,6 @@ _RETRY_MAX_S = 30.0
 # thread about 15 us of CPU per record (a futex wake and the GIL handed back and forth), ten
 # times the enqueue itself (benchmarks/measured_call_overhead.py); now it wakes once per batch.
 _WRITE_LINGER_S = 0.05
-
-
-class LedgerWarning(UserWarning):
-    """The ledger cannot write its database (records stay in memory), or records were lost."""
 
 
 class Ledger:
@@ -175,8 +170,7 @@ class Ledger:
         self._start_writer(open_first=False, check_first=True)
         if subscribe:
             self._unsubscribe = events.records.subscribe(self.submit)
-        _live_ledgers.add(self)
-        _register_process_hooks()
+        ledger_process.watch(self, on_child=_after_fork_in_child)
         return self
 
     def _start_writer(self, *, open_first: bool, check_first: bool = False) -> None:
@@ -189,7 +183,7 @@ class Ledger:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Write what is queued, stop the writer, close the database. Idempotent."""
-        _live_ledgers.discard(self)
+        ledger_process.unwatch(self)
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -234,7 +228,7 @@ class Ledger:
         """
         inherited, self._conn = self._conn, None
         if inherited is not None:
-            _abandon_inherited_connection(inherited)
+            ledger_process.abandon_inherited_connection(inherited)
         was_running = self._thread is not None
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
@@ -526,110 +520,17 @@ _ledger: Ledger | None = None
 _ledger_lock = threading.Lock()
 _atexit_registered = False
 
-# Every started ledger of this process (the process-wide one and any started directly).
-_live_ledgers: weakref.WeakSet[Ledger] = weakref.WeakSet()
-_hooks_lock = threading.Lock()
-_hooks_registered = False
-_quiesced: list[Ledger] = []
-# Connections inherited across a fork: kept alive (and never closed) for the child's lifetime.
-_inherited_connections: list[sqlite3.Connection] = []
-
-
-def _register_process_hooks() -> None:
-    """Once per process, when a ledger first starts (never at import): the fork hooks, and a
-    flush at exit that also runs in multiprocessing children (they leave through ``os._exit``,
-    after ``threading._shutdown`` but without ``atexit``)."""
-    global _hooks_registered
-    with _hooks_lock:
-        if _hooks_registered:
-            return
-        _hooks_registered = True
-        register_fork_hooks(
-            "ledger",
-            before=_before_fork,
-            after_in_parent=_after_fork_in_parent,
-            after_in_child=_after_fork_in_child,
-        )
-        register = getattr(threading, "_register_atexit", None)
-        try:
-            if register is not None:
-                register(_flush_at_exit)
-            else:
-                atexit.register(_flush_at_exit)
-        except RuntimeError:  # the interpreter is already shutting down
-            pass
-
-
-def _before_fork() -> None:
-    for ledger in list(_live_ledgers):
-        try:
-            if ledger._quiesce_for_fork():
-                _quiesced.append(ledger)
-        except Exception as exc:
-            record_fault("ledger.fork", exc)
-
-
-def _after_fork_in_parent() -> None:
-    while _quiesced:
-        _quiesced.pop()._io_lock.release()
-
 
 def _after_fork_in_child() -> None:
-    """Re-arm every ledger this process inherited; say loudly if one cannot be."""
-    global _ledger_lock, _hooks_lock
-    _quiesced.clear()
+    """The process-wide ledger's lock, which a parent thread may have held at the fork."""
+    global _ledger_lock
     _ledger_lock = threading.Lock()
-    _hooks_lock = threading.Lock()
-    reinit_faults_after_fork()
-    parent_pid = os.getppid()
-    for ledger in list(_live_ledgers):
-        try:
-            ledger._rearm_in_child(parent_pid)
-        except Exception as exc:
-            record_fault("ledger.fork", exc)
-            message = (
-                f"ecoguard ledger: this forked process (pid {os.getpid()}) could not restart its "
-                f"writer for {ledger.path} ({exc!r}); its records will not reach the ledger"
-            )
-            _say(message, stacklevel=3, level=logging.ERROR)
 
 
 def _is_transient(exc: BaseException) -> bool:
     """A lock or busy database (another process holds it): worth trying again later."""
     text = str(exc).lower()
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
-
-
-def _say(message: str, *, stacklevel: int, level: int = logging.WARNING) -> None:
-    """Log ``message`` and issue it as a LedgerWarning (``stacklevel`` counted from here). A
-    warnings filter set to "error" must reach neither the caller nor the writer thread: counted
-    as a ``ledger.warn`` fault instead."""
-    try:
-        _log.log(level, message)
-        warnings.warn(message, LedgerWarning, stacklevel=stacklevel)
-    except Exception as exc:
-        record_fault("ledger.warn", exc)
-
-
-def _abandon_inherited_connection(conn: sqlite3.Connection) -> None:
-    """Keep a connection inherited across a fork open for good, so that nothing in the child,
-    not even the interpreter's final garbage collection, ever calls sqlite3_close on it."""
-    _inherited_connections.append(conn)
-    try:
-        import ctypes
-
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))  # one reference nobody drops
-    except Exception as exc:  # no ctypes: the list above still holds it until finalization
-        record_fault("ledger.fork", exc)
-
-
-def _flush_at_exit() -> None:
-    """Write what is queued before the process ends (the writer is a daemon thread), and count
-    what only memory held as lost."""
-    for ledger in list(_live_ledgers):
-        if ledger.running and not ledger.flush(5.0):
-            record_fault("ledger.exit_flush")
-        ledger.count_lost_at_exit()
 
 
 def start_ledger(settings: Any) -> Ledger | None:
