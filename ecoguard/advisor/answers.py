@@ -115,6 +115,16 @@ _ASK_TO_PRICE = Text(
 )
 
 
+# Said to a user who puts accuracy first, whatever the protocol recommends.
+ACCURACY_CAVEAT = Text(
+    "Accuracy-critical: only unquantized precisions (FP16/BF16) are recommended here. NF4, INT8 "
+    "and FP8 change the model's outputs and can cost accuracy; validate any quantized setup on "
+    "your own evaluation set before serving it.",
+    "精度优先：这里只推荐不量化的精度（FP16/BF16）。NF4、INT8、FP8 会改变模型输出，可能降低准确率；"
+    "上线任何量化配置之前，请先用你自己的评测集验证。",
+)
+
+
 def advise(text: object, *, settings: Settings | None = None) -> Answer:
     """Answer one free-text question. Raises UsageError (exit 2) for bad input, unknown names
     and contradictions."""
@@ -239,6 +249,8 @@ def _answer(
     if gpu_match is not None:
         result = _extrapolated(result)
     result = _mood_within_saving(result, lang)
+    if question.accuracy_critical:
+        result = replace(result, notes=(*result.notes, ACCURACY_CAVEAT.get(lang)))
     warnings = _warnings(dep, question)
     if warnings and result.mood == Mood.GREEN:
         result = replace(result, mood=Mood.YELLOW)  # it cannot run as asked: not green
@@ -302,6 +314,7 @@ def _request(
         hours_per_day=question.hours_per_day,
         model_named=question.model is not None,
         precisions=question.precisions,
+        lossless=question.accuracy_critical,
         observed_throughput_tok_s=question.observed_throughput_tok_s,
         observed_power_w=question.observed_power_w,
         observed_energy_j_per_1k=question.observed_energy_j_per_1k,

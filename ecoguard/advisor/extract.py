@@ -149,6 +149,38 @@ def serving_engine(text: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Accuracy first: the user cannot trade output quality for energy
+
+_ACCURACY_WORDS = (
+    "accuracy-critical",
+    "accuracy critical",
+    "accuracy is critical",
+    "accuracy matters",
+    "accuracy is important",
+    "accuracy is key",
+    "quality-critical",
+    "quality critical",
+    "lose accuracy",
+    "accuracy loss",
+    "quality loss",
+    "lossless",
+    "精度要求高",
+    "精度要求很高",
+    "准确率要求",
+    "准确性要求",
+    "不能损失精度",
+    "不能降低精度",
+    "不能牺牲精度",
+)
+
+
+def accuracy_critical(lower: str) -> bool:
+    """The question says output quality comes first (``accuracy-critical``, ``no quality loss``,
+    ``精度要求高``): lossy quantization is not recommended, and its cost to accuracy is said."""
+    return any(w in lower for w in _ACCURACY_WORDS)
+
+
+# ---------------------------------------------------------------------------------------------
 # Where the GPU runs: a local machine has no data-centre overhead (PUE 1.0)
 
 _LOCAL = lazy_pattern(

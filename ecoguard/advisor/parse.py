@@ -24,6 +24,7 @@ from ecoguard.advisor.coverage import OutOfData, accelerator_gaps, past_edge
 from ecoguard.advisor.extract import (
     MoneyFacts,
     UseFact,
+    accuracy_critical,
     hours_per_day,
     infer_use,
     local_machine,
@@ -80,6 +81,7 @@ class ParsedQuestion:
     double_quant: bool | None = None
     compiled: bool | None = None
     compute_dtype: str | None = None  # "bf16" beside load_in_4bit=True: the compute dtype
+    accuracy_critical: bool = False  # output quality comes first: no lossy quantization
     observed_throughput_tok_s: float | None = None
     observed_power_w: float | None = None
     observed_energy_j_per_1k: float | None = None
@@ -147,6 +149,8 @@ class ParsedQuestion:
             out["use_reason"] = self.use_reason.en
         if self.local:
             out["local"] = True
+        if self.accuracy_critical:
+            out["accuracy_critical"] = True
         out["conversions"] = [c.to_dict() for c in self.conversions]
         out["out_of_data"] = [o.to_dict() for o in self.out_of_data]
         if self.notes:
@@ -373,6 +377,7 @@ def parse_question(text: object) -> ParsedQuestion:
         double_quant=names.flags.double_quant,
         compiled=names.flags.compiled,
         compute_dtype=names.flags.compute_dtype,
+        accuracy_critical=accuracy_critical(lower),
         observed_throughput_tok_s=figures.observed.throughput_tok_s,
         observed_power_w=figures.observed.power_w,
         observed_energy_j_per_1k=figures.observed.energy_j_per_1k,

@@ -120,6 +120,7 @@ class Question:
     tensor_parallel: bool = False
     engine: str | None = None  # serving engine: vllm, tgi, sglang, tensorrt_llm, llamacpp
     compute_dtype: str | None = None  # "bf16" beside load_in_4bit=True
+    accuracy_critical: bool = False  # output quality comes first: no lossy quantization
     precision: str | None = None  # canonical, the current/asked-about one
     precisions: tuple[str, ...] = ()  # every precision mentioned, in order
     batch_size: int | None = None
@@ -257,6 +258,8 @@ class Question:
             out["use_reason"] = self.use_reason.en
         if self.local:
             out["local"] = True
+        if self.accuracy_critical:
+            out["accuracy_critical"] = True
         out["conversions"] = [c.to_dict() for c in self.conversions]
         out["out_of_data"] = [o.to_dict() for o in self.out_of_data]
         if self.notes:

@@ -53,6 +53,7 @@ class Request:
     paths: tuple[str, ...] = ()
     code: str | None = None
     audit_gpu: str | None = None
+    lossless: bool = False  # accuracy-critical: only unquantized precisions are recommended
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ class ProtocolSpec:
 
 # The request fields each protocol takes, by the protocols' own keyword names.
 _COMMON = ("settings", "requests_per_month", "language")
-_SERVED = (*_COMMON, "max_batch", "serving", "concurrency", "hours_per_day")
+_SERVED = (*_COMMON, "max_batch", "serving", "concurrency", "hours_per_day", "lossless")
 _MONEY = ("currency", "cny_per_usd", "price_per_kwh", "price_currency")
 _OBSERVED = ("observed_throughput_tok_s", "observed_power_w", "observed_energy_j_per_1k")
 

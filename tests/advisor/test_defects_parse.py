@@ -225,3 +225,38 @@ def test_real_code_is_still_audited():
 )
 def test_one_at_a_time_is_batch_size_one(question):
     assert parse_question(question).batch_size == 1
+
+
+# -- 5. accuracy first ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Mistral-7B on RTX 4090D, accuracy-critical, greenest config?",
+        "Mistral-7B on RTX 4090D, medical QA where accuracy matters, cost for 1M requests a month?",
+        "Mistral-7B 在 RTX 4090D 上，精度要求高，最省电的配置？",
+    ],
+)
+def test_accuracy_critical_users_get_no_lossy_pick_and_the_caveat(question):
+    answer = advise(question)
+    out = answer.to_dict()
+    assert out["parsed"]["accuracy_critical"] is True
+    rec = out.get("recommendation") or {}
+    assert rec.get("precision") in ("fp16", "bf16", "fp32")
+    assert (out.get("optimized") or {}).get("deployment", {}).get("precision", "fp16") in (
+        "fp16",
+        "bf16",
+        "fp32",
+    )
+    if out["protocol"] == "optimize":  # no quantized candidate is even ranked
+        assert {r["precision"] for r in out["rows"]} <= {"fp16", "bf16", "fp32"}
+    caveat = "Accuracy-critical" if answer.language == "en" else "精度优先"
+    assert any(caveat in note for note in out["notes"])
+
+
+def test_without_the_words_quantization_may_still_win():
+    out = advise("Mistral-7B on RTX 4090D, greenest config?").to_dict()
+    assert "accuracy_critical" not in out["parsed"]
+    assert not any("Accuracy-critical" in note for note in out["notes"])
+    assert "nf4" in {r["precision"] for r in out["rows"]}

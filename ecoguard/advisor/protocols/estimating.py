@@ -38,9 +38,10 @@ def estimate(
     serving: bool | None = None,
     concurrency: int | None = None,
     hours_per_day: float | None = None,
+    lossless: bool = False,
 ) -> AdvisorResult:
     """The estimator's figures for the deployment, with the optimized configuration beside them
-    (and optimize's batching advice and finding)."""
+    (and optimize's batching advice and finding); ``lossless``: see ``optimize``."""
     settings = settings or Settings()
     requests = requests_per_month if requests_per_month is not None else settings.monthly_requests
     current = estimate_dict(run_estimate(deployment, settings, requests))
@@ -54,6 +55,7 @@ def estimate(
         concurrency=concurrency,
         hours_per_day=hours_per_day,
         usd=price_currency in (None, "USD", "CNY"),
+        lossless=lossless,
     )
     findings = _with_batching_finding(run_rules(deployment, settings), optimized_result)
     optimized = optimized_result.optimized if optimized_result else None

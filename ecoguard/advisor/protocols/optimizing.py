@@ -122,6 +122,7 @@ def optimize(
     concurrency: int | None = None,
     hours_per_day: float | None = None,
     usd: bool = True,
+    lossless: bool = False,
 ) -> AdvisorResult:
     """Recommended precision and batch size for a model on a GPU and a use (chat, api, batch).
 
@@ -134,16 +135,16 @@ def optimize(
     batch them up to this size (the coalescing batcher). A batch smaller than the current one is
     recommended only with its cost and the reason stated. A served use (``serving``; default:
     an API) or a batch job gets batching advice (``result.batching``) and, when batching would
-    save 5% or more, a ``batch-size-one`` finding."""
+    save 5% or more, a ``batch-size-one`` finding. ``lossless`` (an accuracy-critical use):
+    quantized precisions change the outputs, so only unquantized ones are candidates."""
     settings = settings or Settings()
     use = _checked_use(deployment, use)
     sizes = _batch_sizes(deployment, use, batch_sizes, max_batch)
     current_dep = _current(deployment, use)
     current_est = estimate_dict(run_estimate(current_dep, settings, requests_per_month))
     current_findings = run_rules(current_dep, settings)
-    candidates, rejected = _candidates(
-        current_dep, precisions or PRECISIONS, sizes, settings, requests_per_month
-    )
+    tried = [p for p in precisions or PRECISIONS if p in UNQUANTIZED or not lossless]
+    candidates, rejected = _candidates(current_dep, tried, sizes, settings, requests_per_month)
     if not candidates:
         return _nothing_passes(current_dep, current_est, current_findings, rejected, use, language)
     chosen, lowest, best_energy = _choose(candidates, current_dep.batch_size or 1)
