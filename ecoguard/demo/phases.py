@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -42,6 +43,7 @@ from ecoguard.demo.summary import (
     ModelInfo,
     Phases,
 )
+from ecoguard.demo.threads import Threads, choose_threads, demo_threads
 from ecoguard.energy import get_meter
 from ecoguard.energy.backends import NvmlBackend
 from ecoguard.errors import EnergyTrapError, EnergyTrapWarning
@@ -116,7 +118,9 @@ def demo_settings(
     there to show. It still fires and is reported."""
     overrides: dict[str, Any] = {"mode": mode, "backend": backend, "metrics_port": metrics_port}
     ledger_off = ledger is not None and ledger.lower() in ("off", "none")
-    if ledger is not None:
+    if ledger is None:  # the demo's own, apart from the user's figures
+        overrides["ledger_path"] = demo_ledger_path()
+    elif ledger.lower() != "default":  # "default": the user's (ECOGUARD_LEDGER or the data dir)
         overrides["ledger_path"] = None if ledger_off else Path(ledger)
     if monthly_requests is not None:
         overrides["monthly_requests"] = monthly_requests
@@ -129,6 +133,12 @@ def demo_settings(
     if ledger_off:
         return base.with_(rules=rules, ledger_path=None)
     return base.with_(rules=rules)
+
+
+def demo_ledger_path() -> Path:
+    """Where the demo writes its calls unless told otherwise: beside its model in the cache dir,
+    so ``ecoguard report`` on the user's own ledger never mixes demo calls into their figures."""
+    return demo_models.cache_root() / "demo" / "ledger.sqlite"
 
 
 @contextmanager
@@ -163,9 +173,16 @@ def run_demo(
     region: str | None = None,
     stream: TextIO | None = None,
     cache_root: Path | None = None,
+    keep_serving: bool = False,
+    threads: Threads | None = None,
+    on_summary: Callable[[DemoSummary], None] | None = None,
 ) -> DemoSummary:
     """Run the demo, printing progress to ``stream``; returns its summary
-    (``.to_dict()`` is the ``--json`` output)."""
+    (``.to_dict()`` is the ``--json`` output). ``ledger``: a path, ``off``, ``default`` (the
+    user's own ledger) or None (the demo's, :func:`demo_ledger_path`). ``keep_serving``: after
+    the report, serve ``/metrics`` again on the same port until Ctrl-C. ``threads``: torch's
+    thread count (default :func:`~ecoguard.demo.threads.choose_threads`). ``on_summary`` is
+    called with the summary as soon as the report is out (before ``keep_serving`` waits)."""
     out = Progress(stream or sys.stdout, steps=6)
     wall_start = time.time()
     settings = demo_settings(
@@ -177,8 +194,18 @@ def run_demo(
         region=region,
     )
     plan = Plan(quick=quick, calls_bs1=BS1_SUSTAINED_CALLS, max_new_tokens=8 if quick else 24)
-    with _demo_output(out.stream) as workdir:
-        return _run(out, plan, settings, workdir, wall_start, cache_root)
+    with demo_threads(threads or choose_threads()) as chosen, _demo_output(out.stream) as workdir:
+        summary = _run(out, plan, settings, workdir, wall_start, cache_root, chosen)
+    if on_summary is not None:
+        on_summary(summary)
+    if keep_serving:
+        serve_until_interrupted(out, settings, summary.metrics_url)
+    elif summary.metrics_url:
+        out.say(
+            f"/metrics ({summary.metrics_url}) stopped with the demo; `ecoguard demo "
+            "--keep-serving` keeps it up after the report, until Ctrl-C."
+        )
+    return summary
 
 
 @dataclass
@@ -209,6 +236,7 @@ def _run(
     workdir: Path,
     wall_start: float,
     cache_root: Path | None,
+    threads: Threads,
 ) -> DemoSummary:
     requested_quick = plan.quick
     collected = _Collected()
@@ -217,7 +245,7 @@ def _run(
         events.records.subscribe(collected.records.append),
     ]
     try:
-        served = _serve_guarded(out, plan, settings, workdir, cache_root, collected)
+        served = _serve_guarded(out, plan, settings, workdir, cache_root, collected, threads)
     finally:
         ecoguard.uninstall()  # stops what install() started; the ledger writes its queue first
         for stop in unsubscribe:
@@ -262,6 +290,7 @@ def _serve_guarded(
     workdir: Path,
     cache_root: Path | None,
     collected: _Collected,
+    threads: Threads,
 ) -> _Served:
     """Steps 1-5, with the guard installed (the caller uninstalls it)."""
     out.head(f"Guard on: ecoguard.install(mode={settings.mode!r}, metrics_port=...)")
@@ -269,7 +298,13 @@ def _serve_guarded(
     gpu = describe_gpu(out, settings)
     metrics_url = _metrics_url()
     out.say(f"  metrics : {metrics_url or 'not served (see the error above)'}")
-    out.say(f"  ledger  : {str(settings.ledger_path) if settings.ledger_path else 'off'}")
+    own = " (the demo's own; --ledger default writes to yours)"
+    if settings.ledger_path is None:
+        out.say("  ledger  : off")
+    else:
+        mine = settings.ledger_path == demo_ledger_path()
+        out.say(f"  ledger  : {settings.ledger_path}{own if mine else ''}")
+    out.say(f"  threads : {plural(threads.count, 'torch CPU thread')} ({threads.why})")
 
     out.head("Preparing the model (offline)")
     demo_model = prepare_model(out, plan, workdir, cache_root)
@@ -330,6 +365,25 @@ def describe_gpu(out: Progress, settings: Settings) -> GpuInfo:
         backend=meter.backend.name,
         simulation=simulation,
     )
+
+
+def serve_until_interrupted(out: Progress, settings: Settings, url: str | None) -> None:
+    """``--keep-serving``: ``/metrics`` again on the port the demo printed, with this run's
+    counters (the meter has stopped: no GPU power series), until Ctrl-C."""
+    from ecoguard.export import prometheus  # lazy: prometheus_client
+
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0]) if url else settings.metrics_port
+    server = prometheus.start_metrics_server(settings.with_(metrics_port=port))
+    if server is None:
+        out.say("  /metrics could not be served again (see the error above)")
+        return
+    out.say(f"\nServing {server.url} until Ctrl-C (this run's counters; the GPU has stopped).")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        out.say("  stopped.")
+    finally:
+        prometheus.stop_metrics_server()
 
 
 def _metrics_url() -> str | None:

@@ -3,6 +3,7 @@ the typed summary (never from its JSON form)."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import TextIO
 
@@ -143,8 +144,14 @@ def print_report(out: Progress, summary: DemoSummary) -> None:
     say_savings(out, summary.savings)
     verdict = summary.verdict
     out.say(f"\n{verdict.text}\n  {verdict.cool_down}")
-    again = f" --ledger {ledger.path}`" if ledger.path else "`"
+    if ledger.path:
+        again = f"See it again with `ecoguard report --ledger {shlex.quote(ledger.path)}`"
+    else:  # nothing was kept: say how to keep it, not a command that shows other figures
+        again = (
+            "The ledger was off, so no call was kept: rerun with --ledger PATH (or without "
+            "--ledger, for the demo's own) to read it back with `ecoguard report --ledger PATH`"
+        )
     out.say(
-        f"\nDone in {summary.wall_s:.1f}s. See it again with `ecoguard report{again}"
-        "; run your own code under the guard with `import ecoguard.auto`."
+        f"\nDone in {summary.wall_s:.1f}s. {again}; run your own code under the guard with "
+        "`import ecoguard.auto`."
     )
