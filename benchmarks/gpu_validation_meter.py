@@ -19,7 +19,9 @@ generate call against the same call unguarded) and the sampler thread's CPU.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import random
 import statistics
 import threading
@@ -119,16 +121,26 @@ def work_function(on_cuda: bool) -> Callable[[float], None]:
     return work
 
 
-def load_zeus() -> tuple[Any, str]:
-    """``(ZeusMonitor on GPU 0, note)``, or ``(None, why not)``."""
+def load_zeus(tiny: bool) -> tuple[Any, str]:
+    """``(ZeusMonitor on GPU 0, note)``, or ``(None, why not)``. Zeus enumerates GPUs by
+    ``CUDA_VISIBLE_DEVICES``, which tiny mode empties for torch: it is shown GPU 0 (the fake)
+    while it starts."""
     try:
         from zeus.monitor import ZeusMonitor
     except Exception as exc:  # not installed, or a dependency of it missing
         return None, f"skipped: zeus does not import ({type(exc).__name__}: {exc})"
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if tiny:
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0"
     try:
         return ZeusMonitor(gpu_indices=[0]), "ZeusMonitor(gpu_indices=[0]) beside ecoguard"
     except Exception as exc:
         return None, f"skipped: ZeusMonitor did not start ({type(exc).__name__}: {exc})"
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
 
 def _zeus_gpu_j(measurement: Any) -> float:
@@ -314,10 +326,13 @@ def run_meter_part(*, on_cuda: bool, tiny: bool, truth: Any = None) -> dict[str,
     """Part 1, returned as one JSON-ready dict. ``truth(t0, t1)`` gives exact joules (fake)."""
     import pynvml
 
+    zeus, zeus_note = load_zeus(tiny)
+    # This part's own NVML reference for the trace and the counter reads, taken after Zeus
+    # (a ZeusMonitor that fails to start shuts NVML down; the fake driver does not count inits).
+    pynvml.nvmlInit()
     meter = nvml_meter(tiny)
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     trace = PowerTrace(pynvml, handle).start()
-    zeus, zeus_note = load_zeus()
     work = work_function(on_cuda)
     try:
         runs = measure_windows(
@@ -340,6 +355,8 @@ def run_meter_part(*, on_cuda: bool, tiny: bool, truth: Any = None) -> dict[str,
     finally:
         trace.stop()
         meter.stop()
+        with contextlib.suppress(pynvml.NVMLError):  # already down on the fake driver
+            pynvml.nvmlShutdown()
     for run in runs:
         run.trace_j = trace.energy_j(run.start, run.end)
         run.truth_j = truth(run.start, run.end) if truth is not None else None
