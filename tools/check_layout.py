@@ -1,7 +1,9 @@
 """Check the shape of the ecoguard package: what ARCHITECTURE.md and STYLE.md ask of it.
 
 - no import cycle between ecoguard's packages (``ecoguard.energy``, ``ecoguard.export``, ...;
-  a top-level module such as ``ecoguard.config`` counts as its own package);
+  a top-level module such as ``ecoguard.config`` counts as its own package), nor between the
+  modules inside one package (``ecoguard.advisor.answers`` -> ``...rendering`` -> ``...answers``);
+  imports under ``if TYPE_CHECKING:`` count too: imports run one way;
 - no module over 600 lines and no function over 80 lines (a table or generated text that must
   be longer says so with ``# layout: table`` on its ``def`` or first line);
 - no ``try: import ... except ImportError`` around ecoguard's own modules;
@@ -71,6 +73,24 @@ def imported_modules(node: ast.AST, module: str, is_package: bool) -> list[str]:
     return [target]
 
 
+def imported_module_names(node: ast.AST, module: str, is_package: bool, root: Path) -> list[str]:
+    """The ecoguard modules an import statement names, to the module: ``from ecoguard.advisor
+    import protocols`` names ``ecoguard.advisor.protocols`` (a module), not the package."""
+    targets = imported_modules(node, module, is_package)
+    if not isinstance(node, ast.ImportFrom) or node.module is None or len(targets) != 1:
+        return targets
+    base = targets[0]
+    named = [
+        f"{base}.{alias.name}" for alias in node.names if _is_module(f"{base}.{alias.name}", root)
+    ]
+    return named + ([base] if len(named) < len(node.names) else [])
+
+
+def _is_module(name: str, root: Path) -> bool:
+    path = root.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -100,7 +120,12 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     )
 
 
-def check_file(path: Path, edges: dict[str, set[str]], root: Path = ROOT) -> list[Problem]:
+def check_file(
+    path: Path,
+    edges: dict[str, set[str]],
+    root: Path = ROOT,
+    module_edges: dict[str, set[str]] | None = None,
+) -> list[Problem]:
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     rel = str(path.relative_to(root))
@@ -145,6 +170,10 @@ def check_file(path: Path, edges: dict[str, set[str]], root: Path = ROOT) -> lis
             source, destination = package_of(module), package_of(target)
             if source != destination and destination != "ecoguard":
                 edges[source].add(destination)
+        if module_edges is not None:
+            for target in imported_module_names(node, module, path.name == "__init__.py", root):
+                if target != module and package_of(target) == package_of(module):
+                    module_edges[module].add(target)
     return problems
 
 
@@ -189,15 +218,19 @@ def check(paths: Iterable[Path] | None = None, package: Path = PACKAGE) -> list[
     """Every problem found, as printable lines (cycles always over the whole package).
     ``paths`` limits the per-file problems to those files."""
     edges: dict[str, set[str]] = defaultdict(set)
+    module_edges: dict[str, set[str]] = defaultdict(set)
     wanted = {path.resolve() for path in paths} if paths else None
     problems: list[str] = []
     for path in sorted(package.rglob("*.py")):
-        found = check_file(path, edges, package.parent)
+        found = check_file(path, edges, package.parent, module_edges)
         if wanted is None or path.resolve() in wanted:
             problems.extend(str(problem) for problem in found)
     for cycle in find_cycles(edges):
         chain = " <-> ".join(cycle)
         problems.append(f"ecoguard: import cycle between packages: {chain}")
+    for cycle in find_cycles(module_edges):
+        chain = " <-> ".join(cycle)
+        problems.append(f"{package_of(cycle[0])}: import cycle between modules: {chain}")
     return problems
 
 

@@ -11,7 +11,7 @@ from ecoguard.advisor.texts import TRAPS_ZH
 from ecoguard.findings import Mood
 
 if TYPE_CHECKING:
-    from ecoguard.advisor.answers import Answer
+    from ecoguard.advisor.answer import Answer
 
 
 def diagnose_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:

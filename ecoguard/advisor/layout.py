@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ecoguard.advisor.extract import SYMBOLS
 
 if TYPE_CHECKING:
-    from ecoguard.advisor.answers import Answer
+    from ecoguard.advisor.answer import Answer
 
 BAR_WIDTH = 30
 

@@ -1,30 +1,21 @@
 """The advisor's protocols as one table, like the rules' ``RULES``: each entry says how to run
-the protocol on a request, how to render its body, and what it needs.
+the protocol on a request and how it behaves (what it needs, what it fills in).
 
 ``answers.answer`` (the one assembly path for free text, the CLI flags and the MCP tools) runs a
-protocol through ``PROTOCOLS[name].run``; ``rendering.render`` draws its body through
-``PROTOCOLS[name].render``. Adding a protocol is one entry here.
+protocol through ``PROTOCOLS[name].run``; ``rendering.SECTIONS`` draws each protocol's body
+(rendering imports this table, never the other way). Adding a protocol is one entry here and
+one section there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ecoguard.advisor import protocols
-from ecoguard.advisor.diagnosis import diagnose_section
-from ecoguard.advisor.sections import (
-    audit_section,
-    compare_section,
-    estimate_section,
-    optimize_section,
-)
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
-
-if TYPE_CHECKING:
-    from ecoguard.advisor.answers import Answer
 
 DEFAULT_GPU_PROFILE = "rtx4090d"
 
@@ -58,15 +49,13 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class ProtocolSpec:
-    """One protocol: ``run`` a request, ``render`` the answer's body (labels, markdown?),
-    ``needs_model`` (a model must be named, else the question is asked back), and
+    """One protocol: ``run`` a request, ``needs_model`` (a model must be named, else the question is asked back), and
     ``fills_precision`` (a missing precision defaults to FP16; compare lists all, diagnose
     infers one)."""
 
     name: str
     summary: str
     run: Callable[[Request], protocols.AdvisorResult]
-    render: Callable[[Answer, dict[str, str], bool], list[str]]
     needs_model: bool
     fills_precision: bool
 
@@ -119,7 +108,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             "optimize",
             "recommended precision and batch size",
             _run_optimize,
-            optimize_section,
             needs_model=True,
             fills_precision=True,
         ),
@@ -127,7 +115,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             "compare",
             "every precision side by side (or one precision across the measured models)",
             _run_compare,
-            compare_section,
             needs_model=True,
             fills_precision=False,
         ),
@@ -135,7 +122,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             "estimate",
             "energy, money and CO2 now and optimized",
             _run_estimate,
-            estimate_section,
             needs_model=True,
             fills_precision=True,
         ),
@@ -143,7 +129,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             "diagnose",
             "observed figures against the reference: which trap matches",
             _run_diagnose,
-            diagnose_section,
             needs_model=False,
             fills_precision=False,
         ),
@@ -151,7 +136,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             "audit",
             "source files or pasted code through ecoguard.audit",
             _run_audit,
-            audit_section,
             needs_model=False,
             fills_precision=False,
         ),

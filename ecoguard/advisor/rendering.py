@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ecoguard.advisor.answers import Answer
+from ecoguard.advisor.answer import Answer
+from ecoguard.advisor.diagnosis import diagnose_section
 from ecoguard.advisor.layout import (
     ATTRIBUTION,
     BAR_WIDTH,
@@ -25,11 +26,27 @@ from ecoguard.advisor.layout import (
 )
 from ecoguard.advisor.protocols import cite
 from ecoguard.advisor.registry import PROTOCOLS
-from ecoguard.advisor.sections import batching_section
+from ecoguard.advisor.sections import (
+    audit_section,
+    batching_section,
+    compare_section,
+    estimate_section,
+    optimize_section,
+)
 from ecoguard.advisor.texts import Text, trap_text
 from ecoguard.voice import colorize, lobster_line, mood_tag
 
-__all__ = ["ATTRIBUTION", "BAR_WIDTH", "bar_chart", "render"]
+__all__ = ["ATTRIBUTION", "BAR_WIDTH", "SECTIONS", "bar_chart", "render"]
+
+# Each protocol's body: (answer, labels, markdown?) -> lines. One per entry of PROTOCOLS.
+SECTIONS = {
+    "optimize": optimize_section,
+    "compare": compare_section,
+    "estimate": estimate_section,
+    "diagnose": diagnose_section,
+    "audit": audit_section,
+}
+assert set(SECTIONS) == set(PROTOCOLS), "one section per protocol"
 
 
 _MEASUREMENT_STEPS = {
@@ -66,7 +83,7 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
     out.append(colorize(head, result.mood, color))
     out.append("")
     out.extend(_understood(answer, labels, markdown))
-    body = PROTOCOLS[result.protocol].render
+    body = SECTIONS[result.protocol]
     if result.out_of_data:
         out.extend(_out_of_data(answer, labels, lang, markdown))
     else:

@@ -21,7 +21,7 @@ from ecoguard.advisor.layout import (
 )
 
 if TYPE_CHECKING:
-    from ecoguard.advisor.answers import Answer
+    from ecoguard.advisor.answer import Answer
 
 
 def compare_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:

@@ -71,3 +71,26 @@ def test_a_clean_package_passes(layout, tmp_path):
     _write(package, "alpha/__init__.py", "from ecoguard.beta import thing\n")
     _write(package, "beta/__init__.py", "thing = 1\n")
     assert layout.check(package=package) == []
+
+
+def test_the_checker_finds_a_circle_between_modules_of_one_package(layout, tmp_path):
+    """Issue 28: answers -> registry -> sections -> answers (a type-only import counts too)."""
+    package = tmp_path / "ecoguard"
+    _write(package, "__init__.py", "")
+    _write(package, "advisor/__init__.py", "")
+    _write(package, "advisor/answers.py", "from ecoguard.advisor.registry import TABLE\n")
+    _write(package, "advisor/registry.py", "from ecoguard.advisor import sections\nTABLE = 1\n")
+    _write(
+        package,
+        "advisor/sections.py",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from ecoguard.advisor.answers import Answer\n",
+    )
+    _write(package, "advisor/rendering.py", "from ecoguard.advisor.answers import Answer\n")
+    problems = layout.check(package=package)
+    assert problems == [
+        "ecoguard.advisor: import cycle between modules: ecoguard.advisor.answers <-> "
+        "ecoguard.advisor.registry <-> ecoguard.advisor.sections"
+    ]
+    _write(package, "advisor/registry.py", "TABLE = 1\n")
+    assert layout.check(package=package) == []
