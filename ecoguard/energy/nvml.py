@@ -11,6 +11,7 @@ is the ``i``-th device it names, by index or UUID, exactly as CUDA numbers them 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -82,6 +83,7 @@ class NvmlBackend:
         self._no_counter: set[int] = set()
         self._no_instant: set[int] = set()
         self._info: dict[int, DeviceInfo] = {}
+        self._read_instant_power = _instant_power_reader(pynvml)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -161,10 +163,16 @@ class NvmlBackend:
         handle = self._handle(index)
         if index not in self._no_instant:
             try:
-                values = self._call(
-                    "nvmlDeviceGetFieldValues", handle, [_NVML_FI_DEV_POWER_INSTANT]
-                )
-                field = values[0]
+                if self._read_instant_power is not None:
+                    try:
+                        field = self._read_instant_power(handle)
+                    except Exception as exc:
+                        raise _map_error(exc, "nvmlDeviceGetFieldValues") from exc
+                else:
+                    values = self._call(
+                        "nvmlDeviceGetFieldValues", handle, [_NVML_FI_DEV_POWER_INSTANT]
+                    )
+                    field = values[0]
                 code = int(field.nvmlReturn)
                 if code == 0:
                     return _field_number(field) / 1000.0
@@ -202,6 +210,34 @@ class NvmlBackend:
             return getattr(self._nvml, function)(*args)
         except Exception as exc:
             raise _map_error(exc, function) from exc
+
+
+def _instant_power_reader(pynvml: Any) -> Callable[[Any], Any] | None:
+    """``handle -> field value`` of instant power (field 186): ``nvmlDeviceGetFieldValues``
+    called directly. pynvml's wrapper builds its request through a caught TypeError each time:
+    4 of the 6.5 us a power read costs, and the meter reads power at both edges of every call
+    (benchmarks/measured_call_overhead.py). None where ``pynvml`` is not the real module (a
+    test's stand-in) or the driver lacks the function: power_w then calls pynvml's wrapper."""
+    get_function = getattr(pynvml, "_nvmlGetFunctionPointer", None)
+    field_type = getattr(pynvml, "c_nvmlFieldValue_t", None)
+    check = getattr(pynvml, "_nvmlCheckReturn", None)
+    if get_function is None or field_type is None or check is None:
+        return None
+    try:
+        function = get_function("nvmlDeviceGetFieldValues")
+    except Exception as exc:  # an old driver without it: pynvml's wrapper says so per read
+        _log.debug("nvmlDeviceGetFieldValues not found: %r", exc)
+        return None
+    request = field_type * 1
+    count = ctypes.c_int32(1)
+
+    def read(handle: Any) -> Any:
+        values = request()
+        values[0].fieldId = _NVML_FI_DEV_POWER_INSTANT
+        check(function(handle, count, ctypes.byref(values)))
+        return values[0]
+
+    return read
 
 
 def _match_visible(entry: str, uuids: list[str]) -> int | None:

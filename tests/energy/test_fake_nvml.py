@@ -128,3 +128,47 @@ def test_real_time_stays_the_default(fake_nvml, nvml_clock):
         FakeNvmlConfig(clock="fast")
     with pytest.raises(ValueError, match="tick_s"):
         FakeNvmlConfig(tick_s=-1.0)
+
+
+def test_direct_instant_power_read_answers_as_pynvml_does(fake_nvml, nvml_clock):
+    """The backend reads field 186 through nvmlDeviceGetFieldValues directly (issue 31): the
+    same watts as pynvml's wrapper, and a lost GPU is still DeviceLostError."""
+    pynvml = pytest.importorskip("pynvml")
+    from ecoguard.energy.backends import NvmlBackend
+    from ecoguard.errors import DeviceLostError
+
+    fake_nvml(
+        gpus=2, base_w=(300.0, 120.0), amp_w=(25.0,), clock="manual", tick_s=0.0, lost_after_s=5.0
+    )
+    backend = NvmlBackend.probe()
+    try:
+        assert backend._read_instant_power is not None  # the real module: the direct path
+        for step in range(5):
+            nvml_clock.advance(0.3 + 0.01 * step)
+            for index in (0, 1):
+                handle = backend._handles[index]
+                field = pynvml.nvmlDeviceGetFieldValues(handle, [186])[0]
+                assert backend.power_w(index) == field.value.uiVal / 1000.0
+        nvml_clock.advance(10.0)
+        with pytest.raises(DeviceLostError):
+            backend.power_w(0)
+    finally:
+        backend.close()
+
+
+def test_a_stand_in_pynvml_is_read_through_its_own_functions():
+    from ecoguard.energy.nvml import NvmlBackend
+
+    class Field:
+        nvmlReturn = 0
+        valueType = 1
+        value = type("Value", (), {"uiVal": 123_000})()
+
+    class StandIn:
+        def nvmlDeviceGetFieldValues(self, handle, fields):
+            assert fields == [186]
+            return [Field()]
+
+    backend = NvmlBackend(StandIn(), ["handle"], [0])
+    assert backend._read_instant_power is None
+    assert backend.power_w(0) == 123.0
