@@ -94,10 +94,15 @@ def test_tiny_meter_table_matches_the_fake_drivers_truth(tiny_run):
     assert meter["trace"]["method"].startswith("field 186") and meter["trace"]["actual_hz"] > 20
     for window in meter["windows"]:
         assert window["n"] >= 2 and window["ecoguard_j"] > 0 and window["trace_j"] > 0
-        # The fake's power is a known curve: ecoguard's figure and the independent trace both
-        # land near the exact energy (loose bounds: a loaded CI machine delays samples).
-        assert window["ecoguard_vs_truth_pct"] < 10, window
+        # The fake's power is a known curve: ecoguard's figure and the independent trace land
+        # near the exact energy (loose bounds: a loaded CI machine delays readings), and on
+        # windows shorter than the counter's 100 ms updates the edge-corrected figure beats the
+        # raw counter delta (0 J, or a whole update).
+        assert window["ecoguard_vs_truth_pct"] < 25, window
         assert window["trace_vs_truth_pct"] < 10, window
+        if window["window_s"] < 0.1:
+            assert window["ecoguard_vs_truth_pct"] < window["counter_vs_truth_pct"], window
+    assert meter["windows"][-1]["ecoguard_vs_truth_pct"] < 5  # 0.2 s
     assert meter["edge_cost"]["pairs"] == 200 and meter["edge_cost"]["wall_us"] > 0
     assert meter["sampler"]["samples"] > 0 and meter["sampler"]["cpu_us_per_sample"] > 0
     assert meter["guard_call"]["rounds"] == 3
