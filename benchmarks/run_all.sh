@@ -23,6 +23,7 @@ run() {
 }
 run import_time      "$py" benchmarks/import_time.py --repeats 15
 run guard_overhead   "$py" benchmarks/guard_overhead.py --calls 100000 --rounds 5 --real --real-rounds 15
+run measured_call    "$py" benchmarks/measured_call_overhead.py --calls 2000 --rounds 9
 run advise_latency   "$py" benchmarks/advise_latency.py --repeat 5
 run scrape_time      "$py" benchmarks/scrape_time.py
 run ledger           "$py" benchmarks/ledger_throughput.py
