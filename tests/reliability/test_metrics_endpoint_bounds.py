@@ -197,3 +197,15 @@ def test_full_forms_are_accepted(addr):
 def test_the_exporter_refuses_a_cap_out_of_range(capsys):
     assert main(["exporter", "--once", "--backend", "null", "--max-connections", "0"]) == 2
     assert "1 to 4096" in capsys.readouterr().err
+
+
+def test_the_exporter_passes_its_cap_to_the_server(monkeypatch, capsys):
+    seen = {}
+
+    def serve_registry(addr, port, registry, **kwargs):
+        seen.update(kwargs)
+        raise OSError(98, "stop here: the test does not serve")
+
+    monkeypatch.setattr(prom, "serve_registry", serve_registry)
+    assert main(["exporter", "--backend", "null", "--port", "0", "--max-connections", "5"]) == 1
+    assert seen == {"max_connections": 5}
