@@ -30,6 +30,7 @@ from ecoguard.advisor.deployments import (
     volume_default,
     volume_default_entry,
 )
+from ecoguard.advisor.estimates import Cells
 from ecoguard.advisor.parse import parse_question
 from ecoguard.advisor.question import Default, Question
 from ecoguard.advisor.registry import PROTOCOLS, Request
@@ -86,7 +87,13 @@ def advise(text: object, *, settings: Settings | None = None) -> Answer:
 def answer(question: Question, settings: Settings | None = None) -> Answer:
     """THE assembly path: the answer to one question, whichever door it came through (free
     text, CLI flags, MCP tool arguments). Raises UsageError for unknown names and
-    contradictions; anything else is a bug and propagates."""
+    contradictions; anything else is a bug and propagates. Each answer has its own memo of
+    estimates and findings (``Cells``), dropped with it."""
+    with Cells().active():
+        return _assemble(question, settings)
+
+
+def _assemble(question: Question, settings: Settings | None) -> Answer:
     settings, region_defaults = settings_for(question, settings)
     settings_used = settings_used_for(settings, question)
     early = _answer_without_deployment(question, settings, settings_used)

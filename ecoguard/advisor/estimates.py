@@ -1,13 +1,21 @@
-"""The advisor's seams to the knowledge estimator and the rules, memoised: one answer asks
-for the same cell several times (compare baseline, optimize candidates, the optimized column,
-the batching advice), so each (deployment, settings, volume) is estimated and judged once.
+"""The advisor's seams to the knowledge estimator and the rules, memoised per answer: one answer
+asks for the same cell several times (compare baseline, optimize candidates, the optimized
+column, the batching advice), so within an answer each (deployment, settings, volume) is
+estimated, turned into its JSON and judged once.
 
-Importing the knowledge package reads no file: an answer that never estimates never loads the
-reference data.
+The memo is a :class:`Cells` object that ``answers.answer`` makes for each answer and activates
+for its duration (a context variable, so concurrent answers in threads or tasks never share
+one); it is dropped with the answer. Outside an answer (a protocol called directly) nothing is
+memoised. Importing the knowledge package reads no file: an answer that never estimates never
+loads the reference data.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from ecoguard.config import Settings
@@ -16,62 +24,74 @@ from ecoguard.findings import Finding
 from ecoguard.knowledge.estimator import estimate
 from ecoguard.rules import evaluate
 
-_ESTIMATE_CACHE: dict[tuple[Deployment, str, int | None], Any] = {}
-_ESTIMATE_CACHE_MAX = 1024
+
+@dataclass
+class Cells:
+    """One answer's memo: estimates and rule findings per (deployment, settings[, volume]), and
+    each estimate's JSON (held beside the estimate, so it is built once)."""
+
+    estimates: dict[tuple[Deployment, str, int | None], Any] = field(default_factory=dict)
+    dicts: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    rules: dict[tuple[Deployment, str], tuple[Finding, ...]] = field(default_factory=dict)
+
+    @contextmanager
+    def active(self) -> Iterator[Cells]:
+        """Memoise the estimates and rules asked for inside this block in this object."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+
+_ACTIVE: ContextVar[Cells | None] = ContextVar("ecoguard_advisor_cells", default=None)
+
+
+def _hashable(key: object) -> bool:
+    """A deployment with an unhashable field (a list in its details) is computed, not memoised."""
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
 
 
 def run_estimate(deployment: Deployment, settings: Settings, requests_per_month: int | None) -> Any:
-    """The knowledge estimator, memoised per (deployment, settings, volume): one answer asks for
-    the same cell several times (compare baseline, optimize candidates, estimate side by side)."""
+    """The knowledge estimator, memoised in the active answer's cells."""
     key = (deployment, repr(settings), requests_per_month)
-    try:
-        return _ESTIMATE_CACHE[key]
-    except (KeyError, TypeError):
-        pass
+    cells = _ACTIVE.get() if _hashable(key) else None
+    if cells is not None and key in cells.estimates:
+        return cells.estimates[key]
     result = estimate(deployment, settings=settings, requests_per_month=requests_per_month)
-    if len(_ESTIMATE_CACHE) >= _ESTIMATE_CACHE_MAX:
-        _ESTIMATE_CACHE.clear()
-    try:
-        _ESTIMATE_CACHE[key] = result
-    except TypeError:  # an unhashable deployment field: just do not cache
-        pass
+    if cells is not None:
+        cells.estimates[key] = result
     return result
 
 
-_RULES_CACHE: dict[tuple[Deployment, str], tuple[Finding, ...]] = {}
-
-
 def run_rules(deployment: Deployment, settings: Settings) -> list[Finding]:
-    """The rules on the deployment, memoised per (deployment, settings): optimize asks for the
-    same cell more than once. A rules failure is a bug and raises (the CLI says it in one line)."""
+    """The rules on the deployment, memoised in the active answer's cells. A rules failure is a
+    bug and raises (the CLI says it in one line)."""
     key = (deployment, repr(settings))
-    try:
-        return list(_RULES_CACHE[key])
-    except (KeyError, TypeError):
-        pass
+    cells = _ACTIVE.get() if _hashable(key) else None
+    if cells is not None and key in cells.rules:
+        return list(cells.rules[key])
     found = tuple(evaluate(deployment, settings=settings))
-    if len(_RULES_CACHE) >= _ESTIMATE_CACHE_MAX:
-        _RULES_CACHE.clear()
-    try:
-        _RULES_CACHE[key] = found
-    except TypeError:
-        pass
+    if cells is not None:
+        cells.rules[key] = found
     return list(found)
 
 
-_DICT_CACHE: dict[int, tuple[Any, dict[str, Any]]] = {}
-
-
 def estimate_dict(est: Any) -> dict[str, Any]:
-    """The estimator's JSON, or a tier-none dict if it has nothing. Memoised per estimate
-    object (the object is held in the cache, so its id is not reused while cached)."""
+    """The estimator's JSON (a copy the caller may change), or a tier-none dict if it has
+    nothing. Built once per estimate in the active answer (the cells hold the estimate, so its
+    id is not reused while it is there)."""
     if est is None:
         return {"tier": "none"}
-    cached = _DICT_CACHE.get(id(est))
-    if cached is not None and cached[0] is est:
-        return dict(cached[1])
+    cells = _ACTIVE.get()
+    held = cells.dicts.get(id(est)) if cells is not None else None
+    if held is not None and held[0] is est:
+        return dict(held[1])
     out = dict(est.to_dict())
-    if len(_DICT_CACHE) >= _ESTIMATE_CACHE_MAX:
-        _DICT_CACHE.clear()
-    _DICT_CACHE[id(est)] = (est, out)
+    if cells is not None:
+        cells.dicts[id(est)] = (est, out)
     return dict(out)

@@ -33,17 +33,6 @@ SEAMS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_memo():
-    estimates._ESTIMATE_CACHE.clear()
-    estimates._RULES_CACHE.clear()
-    estimates._DICT_CACHE.clear()
-    yield
-    estimates._ESTIMATE_CACHE.clear()
-    estimates._RULES_CACHE.clear()
-    estimates._DICT_CACHE.clear()
-
-
 @pytest.mark.parametrize(("owner", "name", "question"), SEAMS, ids=[s[1] for s in SEAMS])
 def test_a_bug_behind_an_answer_raises(monkeypatch, owner, name, question) -> None:
     monkeypatch.setattr(owner, name, _broken)
