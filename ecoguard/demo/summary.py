@@ -278,19 +278,28 @@ class EstimateFigures(_Record):
 
     @classmethod
     def of(cls, estimate: Any) -> EstimateFigures:
-        """From a ``knowledge.estimator.Estimate``."""
+        """From a ``knowledge.estimator.Estimate``, on the paired chain where it has one: two
+        configurations compare by their same-session changes, as the rules' impact does
+        (``rules.impact.impact_between``), not by two medians of different sessions."""
         monthly = estimate.monthly
+        shown = estimate.energy_per_request_j
+        paired = getattr(estimate, "paired_energy_per_request_j", None)
+        scale = paired / shown if paired is not None and shown else 1.0
         return cls(
             precision=estimate.deployment.precision,
             batch_size=estimate.deployment.batch_size,
-            energy_per_1k_tokens_j=estimate.energy_per_1k_tokens_j,
-            energy_per_request_j=estimate.energy_per_request_j,
-            monthly_kwh=monthly.energy_kwh,
-            monthly_usd=monthly.cost_usd,
-            monthly_co2_kg=monthly.co2_kg,
+            energy_per_1k_tokens_j=_times(estimate.energy_per_1k_tokens_j, scale),
+            energy_per_request_j=_times(shown, scale),
+            monthly_kwh=_times(monthly.energy_kwh, scale),
+            monthly_usd=_times(monthly.cost_usd, scale),
+            monthly_co2_kg=_times(monthly.co2_kg, scale),
             tier=estimate.tier,
             confidence=estimate.confidence,
         )
+
+
+def _times(value: float | None, scale: float) -> float | None:
+    return None if value is None else value * scale
 
 
 def _minus(first: float | None, second: float | None) -> float | None:
