@@ -78,6 +78,58 @@ ACCURACY_CAVEAT = Text(
 )
 
 
+# A problem with nothing to judge yet ("my GPU bill is crazy high, help!"): what to tell, and
+# the traps to check first (by rule id).
+_TELL_ME = Text(
+    "To find what is burning the bill, tell me: 1) the model (e.g. Qwen2.5-7B); 2) the GPU "
+    "(e.g. A800, T4, RTX 4090); 3) how it is loaded (fp16/bf16, load_in_8bit=True, "
+    "load_in_4bit=True/NF4, FP8); 4) the batch size (prompts per generate call, or the "
+    "engine's max batch). A measured tok/s or power figure lets me check it against the data.",
+    "要找出电费高的原因，请告诉我：1）模型（如 Qwen2.5-7B）；2）GPU（如 A800、T4、RTX 4090）；"
+    "3）加载方式（fp16/bf16、load_in_8bit=True、load_in_4bit=True/NF4、FP8）；"
+    "4）批大小（每次 generate 处理几条提示，或推理引擎的最大批大小）。"
+    "有实测的 tok/s 或功率数字，我可以拿它和数据对照。",
+)
+_TRAPS_TO_CHECK = (
+    Text(
+        "int8-mixed: load_in_8bit=True at the default llm_int8_threshold=6.0",
+        "int8-mixed：load_in_8bit=True 且 llm_int8_threshold 为默认的 6.0",
+    ),
+    Text(
+        "small-model-quant: 4-bit or 8-bit weights on a model below about 3-4B parameters",
+        "small-model-quant：约 3-4B 参数以下的小模型用了 4 位或 8 位量化",
+    ),
+    Text(
+        "batch-size-one: one prompt per generate call while requests wait",
+        "batch-size-one：请求在排队，却每次 generate 只处理一条",
+    ),
+    Text(
+        "fp8-eager: torchao FP8 without torch.compile",
+        "fp8-eager：torchao FP8 没有经过 torch.compile",
+    ),
+    Text(
+        "vram-overflow: weights + KV cache larger than the GPU memory (layers spill to CPU)",
+        "vram-overflow：权重加 KV 缓存超出显存（层被卸载到 CPU）",
+    ),
+    Text(
+        "bf16-unsupported: bf16 on a GPU before Ampere (T4, V100)",
+        "bf16-unsupported：在 Ampere 之前的 GPU（T4、V100）上用 bf16",
+    ),
+)
+
+
+def _tell_me_more(question: Question, settings_used: dict[str, Any]) -> Answer:
+    """A problem stated with nothing to judge (no model, figure or trap flag): the questions
+    to answer, and the traps to check first."""
+    lang = question.language
+    head = Text("Check these first:", "先检查这几个陷阱：").get(lang)
+    notes = (head, *(t.get(lang) for t in _TRAPS_TO_CHECK))
+    result = protocols.AdvisorResult(
+        protocol=question.protocol, mood=Mood.GRAY, language=lang, notes=notes
+    )
+    return Answer(result=result, question=question, settings_used=settings_used, asks=_TELL_ME)
+
+
 def advise(text: object, *, settings: Settings | None = None) -> Answer:
     """Answer one free-text question. Raises UsageError (exit 2) for bad input, unknown names
     and contradictions."""
@@ -158,6 +210,8 @@ def _answer_without_deployment(
     trap = protocols.general_trap_rule(question.precision) is not None
     if question.protocol == "diagnose" and not question.has_figures and trap:
         return _trap_without_model(question, settings, settings_used)
+    if question.protocol == "diagnose" and not question.has_figures:
+        return _tell_me_more(question, settings_used)
     # A precision question without a model ("FP8 on Blackwell?") compares across models.
     needs_model = PROTOCOLS[question.protocol].needs_model and not (
         question.protocol == "compare" and question.precisions

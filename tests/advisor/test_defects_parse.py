@@ -260,3 +260,25 @@ def test_without_the_words_quantization_may_still_win():
     assert "accuracy_critical" not in out["parsed"]
     assert not any("Accuracy-critical" in note for note in out["notes"])
     assert "nf4" in {r["precision"] for r in out["rows"]}
+
+
+# -- 5. a problem with nothing to judge yet ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "said"),
+    [
+        ("My GPU bill is crazy high. Help!", "the model"),
+        ("我的GPU电费太高了，怎么办？", "模型"),
+    ],
+)
+def test_a_bare_problem_is_answered_with_the_questions_and_the_traps(question, said):
+    answer = advise(question)
+    out = answer.to_dict()
+    assert out["mood"] == "gray" and out["protocol"] == "diagnose"
+    assert "asks" in out and "batch size" in out["asks"] and "GPU" in out["asks"]
+    assert said in answer.asks.get(answer.language)
+    notes = " ".join(out["notes"])
+    for rule in ("int8-mixed", "small-model-quant", "batch-size-one", "fp8-eager"):
+        assert rule in notes
+    assert "deployment" not in out or not out["deployment"]  # no default setup was judged
