@@ -12,6 +12,9 @@ estimate's interval and confidence are read from, the summaries by hold-out mode
 point, the leave-one-GPU-out error of each cross-GPU carrier considered (the one shipped is
 the lowest), and both hold-outs' error with each other design choice of the ladder flipped
 alone (``ladder.Choices``). Deterministic: the same rows give the same bytes.
+
+The alternatives live here, not in the package: each is a ``ladder.Choices`` (another rung
+order, another carrier, another number) that this tool builds ladders with.
 """
 
 from __future__ import annotations
@@ -19,24 +22,50 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ecoguard.knowledge import evidence as evidence_module  # noqa: E402
 from ecoguard.knowledge import ladder, tables, validation  # noqa: E402
+from ecoguard.knowledge.evidence import Evidence  # noqa: E402
+from ecoguard.knowledge.records import GpuProfile  # noqa: E402
 
 OUT = REPO / "data" / "estimator_validation.json"
 DOCS = (REPO / "README.md", REPO / "docs" / "knowledge.md")
 START, END = "<!-- validation:start -->", "<!-- validation:end -->"
 SCORES = ("answered", "median_abs_error_pct", "p90_abs_error_pct")
+
+
+def _tdp_bandwidth(_ladder: ladder.Ladder, target: GpuProfile, ref: GpuProfile) -> float:
+    return (target.tdp_w / ref.tdp_w) * (ref.mem_bandwidth_gbs / target.mem_bandwidth_gbs)
+
+
+# The cross-GPU carriers scored beside the shipped (fitted) one: both exponents 1, and J/token
+# taken as equal.
+CARRIERS = (
+    ladder.FITTED,
+    ladder.Carrier(
+        "tdp-bandwidth", _tdp_bandwidth, lambda _: "(TDP_target/TDP_ref) x (BW_ref/BW_target)"
+    ),
+    ladder.Carrier(
+        "identity", lambda _l, _t, _r: 1.0, lambda _: "1 (J/token taken as equal across GPUs)"
+    ),
+)
+# FP16 by size interpolation before FP16 from a quantized figure and its change (the inverse
+# ratio then reads other sizes, so it waits for a size like the size rungs).
+SIZE_BEFORE_INVERSE = (
+    ladder.EXACT,
+    ladder.BATCH,
+    ladder.PAIRED_RATIO,
+    ladder.SIZE,
+    replace(ladder.INVERSE_RATIO, by_size=True),
+    ladder.SIZE_RATIO,
+)
 # Each alternative to the shipped ladder.Choices, flipped alone: its name in the JSON and docs.
 ALTERNATIVES = {
-    "size before inverse ratio": replace(ladder.SHIPPED, size_before_inverse=True),
+    "size before inverse ratio": replace(ladder.SHIPPED, rungs=SIZE_BEFORE_INVERSE),
     "ratio held 2x (as sizes)": replace(ladder.SHIPPED, ratio_hold=2.0),
     "two-nearest-sizes slope": replace(ladder.SHIPPED, ols_extrapolation=False),
 }
@@ -46,49 +75,34 @@ ENVELOPE_PRECISIONS = ("fp16", "int8_mixed", "int8_pure", "nf4")
 EXAMPLE_MODEL = "llama-2-7b"
 
 
-@contextmanager
-def choices(chosen: ladder.Choices) -> Iterator[None]:
-    """Score with ``chosen`` (the ladder's memo lives on the cached evidence: both reset)."""
-    shipped = ladder.CHOICES
-    ladder.CHOICES = chosen
-    evidence_module._cache.clear()
-    try:
-        yield
-    finally:
-        ladder.CHOICES = shipped
-        evidence_module._cache.clear()
-
-
-def scores(mode: str) -> dict:
-    s = validation.summary(validation.holdout_points(mode), mode)
+def scores(mode: str, chosen: ladder.Choices) -> dict:
+    s = validation.summary(validation.holdout_points(mode, choices=chosen), mode)
     return {k: s[k] for k in SCORES}
 
 
 def carrier_comparison() -> dict:
-    out = {}
-    for carrier in ladder.CARRIERS:
-        with choices(replace(ladder.SHIPPED, carrier=carrier)):
-            out[carrier] = scores("gpu")
-    return out
+    return {
+        carrier.name: scores("gpu", replace(ladder.SHIPPED, carrier=carrier))
+        for carrier in CARRIERS
+    }
 
 
 def choice_comparison() -> dict:
-    out = {}
-    for name, alternative in ALTERNATIVES.items():
-        with choices(alternative):
-            out[name] = {mode: scores(mode) for mode in validation.MODES}
-    return out
+    return {
+        name: {mode: scores(mode, alternative) for mode in validation.MODES}
+        for name, alternative in ALTERNATIVES.items()
+    }
 
 
-def _carried_grid() -> dict[tuple[str, str, str], tuple[float, float, float]]:
+def _carried_grid(chosen: ladder.Choices) -> dict[tuple[str, str, str], tuple[float, float, float]]:
     """(GPU, model, precision) -> (J/1k, low, high) of every cross-GPU answer on the grid."""
-    ev = evidence_module.evidence(tables._shipped_rows())
+    answers = ladder.Ladder(Evidence(tables._shipped_rows()), chosen)
     out = {}
     for gpu in tables.gpu_profiles().values():
         for model in tables.model_registry().values():
             for precision in ENVELOPE_PRECISIONS:
                 query = ladder.Query(gpu, model.id, model.params_b, precision, 1)
-                basis = ladder.resolve(ev, query)
+                basis = answers.resolve(query)
                 if basis is not None and basis.family == "cross-gpu":
                     fig = basis.figure
                     out[(gpu.key, model.id, precision)] = (fig.value, fig.low, fig.high)
@@ -98,10 +112,10 @@ def _carried_grid() -> dict[tuple[str, str, str], tuple[float, float, float]]:
 def envelope_effect() -> dict:
     """What the physical envelope changed: the hold-outs without it, and the carried figures
     on the grid it moved (before -> after) or whose band it clipped."""
-    with choices(replace(ladder.SHIPPED, envelope=False)):
-        without = {mode: scores(mode) for mode in validation.MODES}
-        before = _carried_grid()
-    after = _carried_grid()
+    unbounded = replace(ladder.SHIPPED, envelope=False)
+    without = {mode: scores(mode, unbounded) for mode in validation.MODES}
+    before = _carried_grid(unbounded)
+    after = _carried_grid(ladder.SHIPPED)
     moved = [
         {
             "gpu": gpu,
@@ -132,7 +146,7 @@ def envelope_effect() -> dict:
 def render() -> str:
     table = validation.validate()
     table["carriers"] = carrier_comparison()
-    table["carrier_chosen"] = ladder.SHIPPED.carrier
+    table["carrier_chosen"] = ladder.SHIPPED.carrier.name
     table["choices"] = choice_comparison()
     table["envelope"] = envelope_effect()
     return json.dumps(table, indent=1, sort_keys=True) + "\n"

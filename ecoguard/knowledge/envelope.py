@@ -85,9 +85,6 @@ def overhead_energy_per_layer_j(ev: Evidence, precision: str) -> tuple[float, st
     """The largest overhead energy per layer and step (J, at the row GPU's TDP) among the
     visible measured or local rows of ``precision`` of 64 tokens or more, and the row that shows
     it; None when no such row has a throughput."""
-    key = ("overhead_energy", precision)
-    if key in ev._memo:
-        return ev._memo[key]
     profiles = tables.gpu_profiles()
     best: tuple[float, str] | None = None
     for rows in ev.by_config.values():
@@ -105,7 +102,6 @@ def overhead_energy_per_layer_j(ev: Evidence, precision: str) -> tuple[float, st
                 value = seconds * gpu.tdp_w
                 if best is None or value > best[0]:
                     best = (value, row.id)
-    ev._memo[key] = best
     return best
 
 
@@ -136,6 +132,19 @@ def envelope(
     """The envelope of J per 1k tokens for this configuration; None without its terms (no
     bandwidth or TDP, no measured row with a throughput for the precision)."""
     overhead = overhead_energy_per_layer_j(ev, precision)
+    return bounds(gpu, model_key, params_b, precision, batch_size, overhead)
+
+
+def bounds(
+    gpu: GpuProfile,
+    model_key: str | None,
+    params_b: float,
+    precision: str,
+    batch_size: int,
+    overhead: tuple[float, str] | None,
+) -> Envelope | None:
+    """:func:`envelope` with the precision's overhead per layer already read (a ladder keeps
+    it per precision)."""
     if overhead is None or not gpu.mem_bandwidth_gbs or not gpu.tdp_w:
         return None
     model = _model(model_key)
@@ -157,19 +166,11 @@ def envelope(
 
 
 def within_envelope(
-    ev: Evidence,
-    gpu: GpuProfile,
-    model_key: str | None,
-    params_b: float,
-    precision: str,
-    batch_size: int,
-    fig: Figure,
-    tput: float | None,
+    env: Envelope | None, gpu: GpuProfile, fig: Figure, tput: float | None
 ) -> tuple[Figure, float | None, str, tuple[float, float] | None]:
-    """The carried figure brought inside the physical envelope (centre moved to the bound it
-    crossed, band clipped), the throughput kept to what the power bounds allow, what was done
-    (for the method) and the bounds (None without an envelope)."""
-    env = envelope(ev, gpu, model_key, params_b, precision, batch_size)
+    """The carried figure brought inside the physical envelope ``env`` of ``gpu`` (centre moved
+    to the bound it crossed, band clipped), the throughput kept to what the power bounds allow,
+    what was done (for the method) and the bounds (None without an envelope)."""
     if env is None:
         return fig, tput, "", None
     value = min(max(fig.value, env.low_j_per_1k), env.high_j_per_1k)
@@ -198,6 +199,7 @@ def within_envelope(
 
 __all__ = [
     "Envelope",
+    "bounds",
     "envelope",
     "idle_w",
     "overhead_energy_per_layer_j",

@@ -30,16 +30,11 @@ from ecoguard.deployment import Deployment
 from ecoguard.errors import UnknownGpuError, UnknownModelError, UsageError
 from ecoguard.findings import Finding, Mood
 from ecoguard.knowledge import tables
+from ecoguard.knowledge.batch_curve import SWEEP_SOURCE_TAG
 from ecoguard.knowledge.estimate_record import Estimate, Monthly, Range
-from ecoguard.knowledge.evidence import TIER_ORDER, Evidence, evidence
+from ecoguard.knowledge.evidence import TIER_ORDER
 from ecoguard.knowledge.fitting import loglog
-from ecoguard.knowledge.ladder import (
-    MAX_SIZE_EXTRAPOLATION,
-    SWEEP_SOURCE_TAG,
-    Basis,
-    Query,
-    resolve,
-)
+from ecoguard.knowledge.ladder import MAX_SIZE_EXTRAPOLATION, Basis, CurrentLadders, Ladder, Query
 from ecoguard.knowledge.memory import (  # noqa: F401  (re-exported: the old home of these)
     DEFAULT_GENERATION_TOKENS,
     DEFAULT_PROMPT_TOKENS,
@@ -69,6 +64,8 @@ __all__ = [
 ]
 
 HOLDOUTS = ("config", "gpu")
+# The ladders over the rows estimates read now (shipped and local), each hold-out's kept.
+_LADDERS = CurrentLadders(lambda: tables.reference_rows())
 
 
 # --------------------------------------------------------------------------- hold-out error
@@ -190,7 +187,7 @@ def _why_no_basis(precision: str, params_b: float | None) -> str:
 def _unregistered_key(model_id: str | None, params_b: float | None) -> str | None:
     """A model outside the registry that has rows of its own (a local bench row): matched by
     its id, else by its exact size."""
-    full = evidence(tables.reference_rows())
+    full = _LADDERS().full.evidence
     if model_id and f"id:{model_id}" in full.params:
         return f"id:{model_id}"
     if params_b is not None:
@@ -200,19 +197,19 @@ def _unregistered_key(model_id: str | None, params_b: float | None) -> str | Non
     return None
 
 
-def _evidence_for(gpu: GpuProfile, model_key: str | None, params_b, precision, bs, holdout):
-    rows = tables.reference_rows()
+def _ladder_for(gpu: GpuProfile, model_key: str | None, params_b, precision, bs, holdout) -> Ladder:
+    ladders = _LADDERS()
     if holdout is None:
-        return evidence(rows)
+        return ladders.full
     if holdout == "gpu":
-        return evidence(rows, hidden_gpus=(gpu.key,))
-    full: Evidence = evidence(rows)
+        return ladders.get(hidden_gpus=(gpu.key,))
+    full = ladders.full.evidence
     models = (
         [model_key]
         if model_key is not None and model_key in full.params
         else [m for m, size in full.params.items() if params_b is not None and size == params_b]
     )
-    return evidence(rows, hidden_configs=tuple((gpu.key, m, precision, bs) for m in models))
+    return ladders.get(hidden_configs=tuple((gpu.key, m, precision, bs) for m in models))
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,8 +331,8 @@ def _holdout_note(deployment: Deployment, subject: _Subject, holdout: str) -> st
     key = subject.model_key or _unregistered_key(deployment.model.id, subject.params_b)
     precision = resolved_precision(deployment).replace("bf16", "fp16")  # the rows _Inputs reads
     bs = deployment.batch_size or 1
-    held = _evidence_for(subject.gpu, key, subject.params_b, precision, bs, holdout)
-    if len(held.by_config) < len(evidence(tables.reference_rows()).by_config):
+    held = _ladder_for(subject.gpu, key, subject.params_b, precision, bs, holdout).evidence
+    if len(held.by_config) < len(_LADDERS().full.evidence.by_config):
         return f"hold-out: answered as if the rows of this {what} were absent"
     return f"hold-out: this {what} has no rows in the reference data, none to hold out"
 
@@ -352,11 +349,11 @@ def _find_basis(
     if precision in ("fp8_weight_only", "fp8_dynamic") and not gpu.fp8:
         return None, f"{gpu.key} ({gpu.architecture}) has no FP8 support"
     model_key = subject.model_key or _unregistered_key(deployment.model.id, params_b)
-    ev = _evidence_for(gpu, model_key, params_b, precision, inputs.batch_size, holdout)
-    if model_key is not None and params_b is not None and model_key in ev.params:
+    ladder = _ladder_for(gpu, model_key, params_b, precision, inputs.batch_size, holdout)
+    if model_key is not None and params_b is not None and model_key in ladder.evidence.params:
         # The rows' size for a model they measured: the same model is not extrapolated.
-        params_b = ev.params[model_key]
-    basis = resolve(ev, Query(gpu, model_key, params_b, precision, inputs.batch_size))
+        params_b = ladder.evidence.params[model_key]
+    basis = ladder.resolve(Query(gpu, model_key, params_b, precision, inputs.batch_size))
     return basis, "" if basis is not None else _why_no_basis(precision, params_b)
 
 

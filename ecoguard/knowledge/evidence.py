@@ -23,9 +23,9 @@ The chained figure is ``Figure.chained``; each link is a :class:`Step` that name
 change and, beside it, the change between the two configurations' own figures where the two
 differ (sessions of different lengths and days disagree by more than a paired change does).
 
-An :class:`Evidence` can hide rows (hold-out): the rows of one configuration or of one GPU are
-dropped, and a pair whose baseline belongs to a hidden configuration no longer counts (its
-baseline *is* the hidden measurement).
+An :class:`Evidence` can hide rows (hold-out): the rows of some configurations or of some GPUs
+(``hidden_configs``, ``hidden_gpus``) are dropped, and a pair whose baseline belongs to a hidden
+configuration no longer counts (its baseline *is* the hidden measurement).
 """
 
 from __future__ import annotations
@@ -137,11 +137,6 @@ def session_of(row: ReferenceRow) -> str:
     return row.quotes or f"{row.source}#{row.session or '-'}"
 
 
-def experiment_of(row: ReferenceRow) -> str:
-    """The experiment (source file, session label without its run suffix) a pair belongs to."""
-    return row.source
-
-
 def row_batch(row: ReferenceRow) -> int:
     return row.batch_size or 1
 
@@ -183,7 +178,8 @@ class Pair:
 
 @dataclass
 class Evidence:
-    """Rows indexed by configuration, with the hold-out applied. Build with :func:`evidence`."""
+    """Rows indexed by configuration, with the hold-out applied (``ladder.Ladders`` builds and
+    keeps one per hold-out)."""
 
     rows: tuple[ReferenceRow, ...]
     hidden_configs: frozenset[ConfigKey] = frozenset()
@@ -191,7 +187,9 @@ class Evidence:
     by_config: dict[ConfigKey, list[ReferenceRow]] = field(default_factory=dict)
     by_id: dict[str, ReferenceRow] = field(default_factory=dict)
     params: dict[str, float] = field(default_factory=dict)
-    _memo: dict = field(default_factory=dict)
+    # What this Evidence worked out: each configuration's chained figure, the pooled spread.
+    _anchored: dict[ConfigKey, Figure | None] = field(default_factory=dict, init=False, repr=False)
+    _pooled: tuple[float, float] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for row in self.rows:
@@ -339,8 +337,8 @@ class Evidence:
     def pooled_session_spread(self) -> tuple[float, float]:
         """(p10, p90) of log(session / configuration median) over every configuration measured
         in two or more sessions: the band a single session's figure gets."""
-        if "pooled" in self._memo:
-            return self._memo["pooled"]
+        if self._pooled is not None:
+            return self._pooled
         deviations: list[float] = []
         for rows in self.by_config.values():
             chosen = best_tier(rows)
@@ -356,7 +354,7 @@ class Evidence:
             result = (-0.15, 0.15)
         else:
             result = (min(quantile(deviations, 0.1), -0.01), max(quantile(deviations, 0.9), 0.01))
-        self._memo["pooled"] = result
+        self._pooled = result
         return result
 
     def ratio_figure(self, pairs: list[Pair]) -> tuple[float, float, float, tuple[str, ...]]:
@@ -374,13 +372,11 @@ class Evidence:
 
     def anchored(self, key: ConfigKey) -> Figure | None:
         """The configuration's figure by the chain in the module docstring (None: no rows)."""
-        if key in self._memo:
-            return self._memo[key]
-        result = self._anchored(key)
-        self._memo[key] = result
-        return result
+        if key not in self._anchored:
+            self._anchored[key] = self._chained(key)
+        return self._anchored[key]
 
-    def _anchored(self, key: ConfigKey) -> Figure | None:
+    def _chained(self, key: ConfigKey) -> Figure | None:
         gpu, model, precision, bs = key
         if key not in self.by_config:
             return None
@@ -478,11 +474,6 @@ def _session_ratios(pairs: list[Pair]) -> list[float]:
     return [statistics.fmean(v) for v in by_session.values()]
 
 
-def _weaker(first: str, second: str) -> str:
-    order = {t: i for i, t in enumerate(TIER_ORDER)}
-    return first if order.get(first, 9) >= order.get(second, 9) else second
-
-
 def _power_throughput(
     sessions: list[list[ReferenceRow]],
 ) -> tuple[float | None, float | None]:
@@ -501,25 +492,3 @@ def _power_throughput(
         median(mean(r.power_w for r in group) for group in sessions),
         median(mean(r.throughput_tok_s for r in group) for group in sessions),
     )
-
-
-_cache: dict[tuple, Evidence] = {}
-
-
-def evidence(
-    rows: tuple[ReferenceRow, ...],
-    *,
-    hidden_configs: Iterable[ConfigKey] = (),
-    hidden_gpus: Iterable[str] = (),
-) -> Evidence:
-    """The Evidence for these rows with these hidden; cached (the last few hold-outs and the
-    full set for each row tuple)."""
-    key = (id(rows), len(rows), frozenset(hidden_configs), frozenset(hidden_gpus))
-    cached = _cache.get(key)
-    if cached is not None and cached.rows is rows:
-        return cached
-    built = Evidence(rows, frozenset(hidden_configs), frozenset(hidden_gpus))
-    if len(_cache) > 256:
-        _cache.clear()
-    _cache[key] = built
-    return built

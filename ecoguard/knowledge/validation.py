@@ -22,8 +22,8 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from ecoguard.knowledge import tables
-from ecoguard.knowledge.evidence import ConfigKey, evidence, quantile
-from ecoguard.knowledge.ladder import Query, resolve
+from ecoguard.knowledge.evidence import ConfigKey, Evidence, quantile
+from ecoguard.knowledge.ladder import SHIPPED, Choices, Ladder, Query
 
 MODES = ("config", "gpu")
 SCHEMA_VERSION = 1
@@ -60,7 +60,7 @@ def _shipped_rows():
 
 def measured_configs(rows=None) -> list[ConfigKey]:
     """Configurations whose best rows are measured (the ones the hold-outs are scored on)."""
-    ev = evidence(rows if rows is not None else _shipped_rows())
+    ev = Evidence(rows if rows is not None else _shipped_rows())
     out = []
     for key in ev.configs():
         fig = ev.direct(key)
@@ -69,12 +69,12 @@ def measured_configs(rows=None) -> list[ConfigKey]:
     return out
 
 
-def holdout_points(mode: str, rows=None) -> list[Point]:
-    """Run one hold-out over every measured configuration."""
+def holdout_points(mode: str, rows=None, choices: Choices = SHIPPED) -> list[Point]:
+    """Run one hold-out over every measured configuration, with the ladder's ``choices``."""
     if mode not in MODES:
         raise ValueError(f"hold-out mode must be one of {', '.join(MODES)}, got {mode!r}")
     rows = rows if rows is not None else _shipped_rows()
-    full = evidence(rows)
+    full = Evidence(rows)
     profiles = tables.gpu_profiles()
     points: list[Point] = []
     for key in measured_configs(rows):
@@ -82,11 +82,11 @@ def holdout_points(mode: str, rows=None) -> list[Point]:
         truth = full.direct(key)
         assert truth is not None
         if mode == "config":
-            ev = evidence(rows, hidden_configs=(key,))
+            ev = Evidence(rows, hidden_configs=frozenset((key,)))
         else:
-            ev = evidence(rows, hidden_gpus=(gpu,))
+            ev = Evidence(rows, hidden_gpus=frozenset((gpu,)))
         query = Query(profiles[gpu], model, full.params[model], precision, bs)
-        basis = resolve(ev, query)
+        basis = Ladder(ev, choices).resolve(query)
         if basis is None:
             points.append(Point(mode, gpu, model, precision, bs, truth.value, None, "none", 0, 0))
             continue

@@ -17,12 +17,12 @@ import pytest
 from knowledge_support import build_script
 
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec
-from ecoguard.knowledge import crossover, data_counts, gpu_profiles, ladder, model_registry, regions
-from ecoguard.knowledge import evidence as evidence_module
+from ecoguard.knowledge import crossover, data_counts, gpu_profiles, model_registry, regions
 from ecoguard.knowledge.crossover import ARCHITECTURES, REPORTED_B, fit_points
 from ecoguard.knowledge.envelope import envelope, idle_w, row_overhead_per_layer_s
 from ecoguard.knowledge.estimator import estimate
-from ecoguard.knowledge.evidence import MIN_TOKENS, usable
+from ecoguard.knowledge.evidence import MIN_TOKENS, Evidence, usable
+from ecoguard.knowledge.ladder import SHIPPED, Ladder, Query
 from ecoguard.knowledge.memory import memory_need
 from ecoguard.knowledge.records import ReferenceRow
 from ecoguard.rules import RULES, evaluate
@@ -561,18 +561,15 @@ def test_docs_envelope_section():
             per_gpu.setdefault(r.gpu, []).append(seconds * profiles[r.gpu].tdp_w)
     others = [v for g, vs in per_gpu.items() if g != "tesla_t4" for v in vs]
     l4 = profiles["l4"]
-    ev = evidence_module.evidence(tuple(ROWS))
+    ev = Evidence(tuple(ROWS))
     env = envelope(ev, l4, "llama-2-7b", 6.74, "fp16", 1)
     dep = Deployment(model=ModelSpec(id="llama-2-7b"), gpu=GpuSpec(profile="l4"), precision="fp16")
     now = estimate(dep)
-    shipped = ladder.CHOICES
-    ladder.CHOICES = replace(shipped, envelope=False)
-    evidence_module._cache.clear()
-    try:
-        without = estimate(dep).energy_per_1k_tokens_j
-    finally:
-        ladder.CHOICES = shipped
-        evidence_module._cache.clear()
+    # The same question to a ladder built without the envelope (the estimator's own is shipped).
+    query = Query(l4, "llama-2-7b", model_registry()["llama-2-7b"].params_b, "fp16", 1)
+    unbounded = Ladder(ev, replace(SHIPPED, envelope=False)).resolve(query)
+    assert unbounded is not None and unbounded.family == "cross-gpu"
+    without = unbounded.figure.value
     idle_share = idle_w(l4)[0] / l4.tdp_w * 100
     expected = [
         1,

@@ -17,7 +17,7 @@ from ecoguard.deployment import QuantSpec
 from ecoguard.errors import UsageError
 from ecoguard.knowledge import reference_rows
 from ecoguard.knowledge.estimator import estimate, method_error
-from ecoguard.knowledge.evidence import evidence, session_of
+from ecoguard.knowledge.evidence import Evidence, session_of
 from ecoguard.knowledge.validation import MODES, holdout_points, summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_change_is_the_median_of_same_session_pairs_not_of_unpaired_averages():
-    ev = evidence(reference_rows())
+    ev = Evidence(reference_rows())
     pairs = ev.precision_pairs(("rtx5090", "qwen2-7b", "nf4", 1))
     assert {session_of(p.row) for p in pairs} == {
         "ecocompute-ai/data/rtx5090_benchmark_results.csv#-",
@@ -252,15 +252,15 @@ def test_hiding_a_baseline_breaks_its_pairs():
     """A pair's FP16 baseline is the hidden measurement itself: with FP16 hidden, no pair."""
     rows = reference_rows()
     key = ("rtx5090", "qwen2-7b", "nf4", 1)
-    assert evidence(rows).precision_pairs(key)
-    held = evidence(rows, hidden_configs=(("rtx5090", "qwen2-7b", "fp16", 1),))
+    assert Evidence(rows).precision_pairs(key)
+    held = Evidence(rows, hidden_configs=frozenset({("rtx5090", "qwen2-7b", "fp16", 1)}))
     assert held.precision_pairs(key) == []
     figure = held.anchored(key)  # falls back to the NF4 rows' own sessions
     assert figure is not None and "x FP16" not in figure.description
 
 
 def test_an_exact_band_covers_every_session_of_the_configuration():
-    ev = evidence(reference_rows())
+    ev = Evidence(reference_rows())
     for key in ev.configs():
         fig = ev.anchored(key)
         own = ev.direct(key)

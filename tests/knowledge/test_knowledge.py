@@ -389,12 +389,12 @@ def test_no_estimate_says_why(params_b, precision, says):
 
 def test_precision_delta_is_not_borrowed_from_far_outside_the_measured_sizes():
     """The FP16 -> NF4 change measured on 0.5-7B models must not be applied to a 30B model."""
-    from ecoguard.knowledge.evidence import evidence
-    from ecoguard.knowledge.ladder import precision_ratio
+    from ecoguard.knowledge.evidence import Evidence
+    from ecoguard.knowledge.ladder import Ladder
 
-    ev = evidence(reference_rows())
-    assert precision_ratio(ev, "rtx5090", "nf4", 7.0, 1, None) is not None
-    assert precision_ratio(ev, "rtx5090", "nf4", 30.0, 1, None) is None
+    ladder = Ladder(Evidence(reference_rows()))
+    assert ladder.precision_ratio("rtx5090", "nf4", 7.0, 1, None) is not None
+    assert ladder.precision_ratio("rtx5090", "nf4", 30.0, 1, None) is None
 
 
 def test_build_rows_and_loaded_rows_share_one_schema():

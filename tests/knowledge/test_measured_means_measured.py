@@ -18,8 +18,8 @@ from ecoguard.cli import main
 from ecoguard.knowledge import tables
 from ecoguard.knowledge.envelope import envelope, row_overhead_per_layer_s
 from ecoguard.knowledge.estimator import estimate
-from ecoguard.knowledge.evidence import MIN_TOKENS, evidence, session_of
-from ecoguard.knowledge.ladder import Query, gpu_exponents, resolve
+from ecoguard.knowledge.evidence import MIN_TOKENS, Evidence, session_of
+from ecoguard.knowledge.ladder import Ladder, Query
 from ecoguard.knowledge.memory import memory_need, usable_vram_gb
 from ecoguard.knowledge.validation import Point, measured_configs, summary
 from ecoguard.rules import evaluate
@@ -179,14 +179,14 @@ def test_offloaded_rows_are_exactly_those_over_the_gpu_memory():
 
 def test_offloaded_rows_are_out_of_every_fit():
     rows = tables._shipped_rows()
-    full = evidence(rows)
+    full = Evidence(rows)
     assert not any(r.offloaded for group in full.by_config.values() for r in group)
-    without = evidence(tuple(r for r in rows if not r.offloaded))
-    assert gpu_exponents(full) == gpu_exponents(without)
+    without = Evidence(tuple(r for r in rows if not r.offloaded))
+    assert Ladder(full).gpu_exponents() == Ladder(without).gpu_exponents()
     assert full.configs() == without.configs()
     t4 = tables.gpu_profiles()["l4"]
     query = Query(t4, "llama-2-7b", 6.74, "fp16", 1)
-    assert resolve(full, query).figure.value == resolve(without, query).figure.value
+    assert Ladder(full).resolve(query).figure.value == Ladder(without).resolve(query).figure.value
 
 
 def test_offloaded_rows_are_shown_with_their_flag(capsys):
@@ -220,12 +220,13 @@ def test_offloaded_rows_are_shown_with_their_flag(capsys):
 
 
 def _grid():
-    ev = evidence(tables._shipped_rows())
+    ev = Evidence(tables._shipped_rows())
+    ladder = Ladder(ev)
     for gpu in tables.gpu_profiles().values():
         for model in tables.model_registry().values():
             for precision in ("fp16", "int8_mixed", "int8_pure", "nf4"):
                 for bs in (1, 8):
-                    basis = resolve(ev, Query(gpu, model.id, model.params_b, precision, bs))
+                    basis = ladder.resolve(Query(gpu, model.id, model.params_b, precision, bs))
                     if basis is not None and basis.family == "cross-gpu":
                         yield ev, gpu, model, precision, bs, basis
 
@@ -246,7 +247,7 @@ def test_no_carried_figure_lies_outside_the_envelope():
 
 def test_every_measured_row_lies_inside_its_own_envelope():
     """The envelope is read from the data, so the data must obey it."""
-    ev = evidence(tables._shipped_rows())
+    ev = Evidence(tables._shipped_rows())
     profiles, models = tables.gpu_profiles(), tables.model_registry()
     checked = 0
     for rows in ev.by_config.values():
@@ -268,7 +269,7 @@ def test_l4_llama2_7b_fp16_is_inside_the_envelope_and_says_so():
     assert est.tier == "extrapolated"
     assert "physical envelope" in est.method
     low, high = est.energy_per_1k_tokens_j_range
-    ev = evidence(tables._shipped_rows())
+    ev = Evidence(tables._shipped_rows())
     env = envelope(ev, tables.gpu_profiles()["l4"], "llama-2-7b", 6.74, "fp16", 1)
     assert high <= env.high_j_per_1k * (1 + 1e-9) and low >= env.low_j_per_1k
     # Before issue 30: 16,210 J per 1k tokens (12,302-23,568), above what the bound allows.
