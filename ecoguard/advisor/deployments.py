@@ -280,10 +280,14 @@ def _delta_notes(gpu: str, precision: str) -> list[HonestyNote]:
     return notes
 
 
-def volume_default(question: Question, requests: int | None, settings: Settings) -> Default | None:
-    if requests is not None or question.protocol not in ("estimate", "optimize", "compare"):
+def volume_default(
+    question: Question, requests: int | None, settings: Settings, lists: str
+) -> Default | None:
+    """The volume default to list, when no volume was given and the protocol lists it
+    (``ProtocolSpec.lists_volume``: "always", or "with_model" when a model is named)."""
+    if requests is not None or lists not in ("always", "with_model"):
         return None
-    if question.protocol == "compare" and question.model is None:
+    if lists == "with_model" and question.model is None:
         return None
     return volume_default_entry(settings)
 

@@ -49,15 +49,31 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class ProtocolSpec:
-    """One protocol: ``run`` a request, ``needs_model`` (a model must be named, else the question is asked back), and
-    ``fills_precision`` (a missing precision defaults to FP16; compare lists all, diagnose
-    infers one)."""
+    """One protocol: how to ``run`` a request, and how it behaves, as fields (the assembly
+    and the renderers read these, never the protocol's name)."""
 
     name: str
     summary: str
     run: Callable[[Request], protocols.AdvisorResult]
-    needs_model: bool
-    fills_precision: bool
+    needs_model: bool  # a model must be named, else the question is asked back
+    fills_precision: bool  # a missing precision defaults to FP16 (compare lists all)
+    # The precision comes from the observed figures; without any, a default is filled and a
+    # trap named without a model is explained from its evidence rows (diagnose).
+    infers_precision: bool = False
+    # A precision named without a model is compared across the measured models (compare).
+    compares_without_model: bool = False
+    # With a GPU named, a trap precision without a model is compared across models rather than
+    # explained (optimize, compare).
+    compares_with_gpu: bool = False
+    reads_code: bool = False  # source files or pasted code (audit)
+    # When the monthly volume default is listed: "always", "with_model", "when_batched" (only
+    # if the answer's batching advice used it) or "never".
+    lists_volume: str = "never"
+    # An orange/red trap its own figures call negligible is not the answer's mood (the
+    # protocols that price a recommendation: estimate, optimize).
+    weighs_saving: bool = False
+    # The everyday equivalents describe the recommendation, not the configuration asked about.
+    prices_recommendation: bool = False
 
 
 # The request fields each protocol takes, by the protocols' own keyword names.
@@ -110,6 +126,10 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             _run_optimize,
             needs_model=True,
             fills_precision=True,
+            compares_with_gpu=True,
+            lists_volume="always",
+            weighs_saving=True,
+            prices_recommendation=True,
         ),
         ProtocolSpec(
             "compare",
@@ -117,6 +137,9 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             _run_compare,
             needs_model=True,
             fills_precision=False,
+            compares_without_model=True,
+            compares_with_gpu=True,
+            lists_volume="with_model",
         ),
         ProtocolSpec(
             "estimate",
@@ -124,6 +147,8 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             _run_estimate,
             needs_model=True,
             fills_precision=True,
+            lists_volume="always",
+            weighs_saving=True,
         ),
         ProtocolSpec(
             "diagnose",
@@ -131,6 +156,8 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             _run_diagnose,
             needs_model=False,
             fills_precision=False,
+            infers_precision=True,
+            lists_volume="when_batched",
         ),
         ProtocolSpec(
             "audit",
@@ -138,6 +165,7 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             _run_audit,
             needs_model=False,
             fills_precision=False,
+            reads_code=True,
         ),
     )
 }

@@ -100,7 +100,9 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
         # Say whose energy the everyday terms describe: optimize prices the recommendation,
         # estimate and the others the configuration asked about.
         label = labels[
-            "equivalent_optimize" if result.protocol == "optimize" else "equivalent_current"
+            "equivalent_optimize"
+            if PROTOCOLS[result.protocol].prices_recommendation
+            else "equivalent_current"
         ]
         if lang == "zh":
             out.append(f"{label}：" + "；".join(result.equivalents) + "。")
