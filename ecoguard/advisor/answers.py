@@ -183,9 +183,10 @@ def _assemble(question: Question, settings: Settings | None) -> Answer:
 def _fills_precision(question: Question) -> bool:
     """compare lists every precision and diagnose infers one from the figures: neither gets a
     default precision, unless the question names one (or diagnose has no figure to infer from)."""
-    if PROTOCOLS[question.protocol].fills_precision or question.precisions:
+    spec = PROTOCOLS[question.protocol]
+    if spec.fills_precision or question.precisions:
         return True
-    return question.protocol == "diagnose" and not question.has_figures
+    return spec.infers_precision and not question.has_figures
 
 
 def _answer_without_deployment(
@@ -194,7 +195,8 @@ def _answer_without_deployment(
     """Answers that need no deployment: code (audited), an accelerator outside the data (gray,
     with the protocol), a trap that does not depend on the model; a missing model a protocol
     needs is asked back (UsageError)."""
-    if question.protocol == "audit" or question.code:
+    spec = PROTOCOLS[question.protocol]
+    if spec.reads_code or question.code:
         return _audit_answer(question, settings_used)
     vendor = next((VENDORS[o.vendor] for o in question.out_of_data if o.vendor in VENDORS), None)
     if vendor is not None:
@@ -208,19 +210,16 @@ def _answer_without_deployment(
     if question.model is not None:
         return None
     trap = protocols.general_trap_rule(question.precision) is not None
-    if question.protocol == "diagnose" and not question.has_figures and trap:
+    if spec.infers_precision and not question.has_figures and trap:
         return _trap_without_model(question, settings, settings_used)
     if question.protocol == "diagnose" and not question.has_figures:
         return _tell_me_more(question, settings_used)
     # A precision question without a model ("FP8 on Blackwell?") compares across models.
-    needs_model = PROTOCOLS[question.protocol].needs_model and not (
-        question.protocol == "compare" and question.precisions
-    )
-    if not needs_model:
+    if (spec.compares_without_model and question.precisions) or not spec.needs_model:
         return None
-    if trap and not (question.protocol in ("optimize", "compare") and question.gpu is not None):
+    if trap and not (spec.compares_with_gpu and question.gpu is not None):
         return _trap_without_model(question, settings, settings_used)
-    if question.protocol == "optimize" and question.precisions:
+    if spec.compares_with_gpu and question.precisions:
         return None
     raise UsageError(
         Text(
@@ -243,15 +242,14 @@ def _answer(
     lang = question.language
     serving = question.serving or (question.use is None and dep.use == "api")
     requests, volume_conversions = monthly_requests(question, dep, settings)
-    listed_volume = volume_default(question, requests, settings)
+    spec = PROTOCOLS[question.protocol]
+    listed_volume = volume_default(question, requests, settings, spec.lists_volume)
     if listed_volume is not None:
         defaults.append(listed_volume)
     monthly = requests if requests is not None else settings.monthly_requests
     max_batch = _max_batch(question, dep, settings, monthly, serving)
-    result = PROTOCOLS[question.protocol].run(
-        _request(question, dep, settings, requests, max_batch, serving)
-    )
-    if requests is None and question.protocol == "diagnose" and result.mood != Mood.GRAY:
+    result = spec.run(_request(question, dep, settings, requests, max_batch, serving))
+    if requests is None and spec.lists_volume == "when_batched" and result.mood != Mood.GRAY:
         defaults.append(volume_default_entry(settings))  # the batching advice uses it
     batching = result.batching
     if batching is None and result.deployment is not None and result.mood != Mood.GRAY:
@@ -378,7 +376,7 @@ def _mood_within_saving(result: protocols.AdvisorResult, lang: str) -> protocols
     """An answer does not open with a trap (orange/red) that its own figures call negligible:
     when every orange or red finding's impact and the recommendation's saving are all under
     5%, the mood is yellow and a note says why."""
-    if result.mood.rank < Mood.ORANGE.rank or result.protocol not in ("estimate", "optimize"):
+    if result.mood.rank < Mood.ORANGE.rank or not PROTOCOLS[result.protocol].weighs_saving:
         return result
     severe = [f for f in result.findings if f.mood.rank >= Mood.ORANGE.rank]
     impacts = [
