@@ -212,7 +212,7 @@ def _answer_without_deployment(
     trap = protocols.general_trap_rule(question.precision) is not None
     if spec.infers_precision and not question.has_figures and trap:
         return _trap_without_model(question, settings, settings_used)
-    if question.protocol == "diagnose" and not question.has_figures:
+    if spec.infers_precision and not question.has_figures:
         return _tell_me_more(question, settings_used)
     # A precision question without a model ("FP8 on Blackwell?") compares across models.
     if (spec.compares_without_model and question.precisions) or not spec.needs_model:
