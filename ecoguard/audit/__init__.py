@@ -2,7 +2,9 @@
 
 Reads Python files and notebooks with ``ast`` (never imports or runs them), works out how each
 model is loaded, quantized and called, and judges every call site with the runtime guard's own
-rules, so findings carry the same rule ids and wording plus a file, line and column.
+rules, so findings carry the same rule ids and wording plus a file, line and column. Launch
+files (shell scripts, Dockerfiles, compose and Kubernetes YAML) are read too
+(``ecoguard.audit.launch``).
 
     from ecoguard.audit import audit_source, audit_paths
     result = audit_paths(["serving/"], gpu="T4")
