@@ -9,13 +9,27 @@ from __future__ import annotations
 
 
 def valid_utf8(text: str) -> str:
-    """``text`` with undecodable bytes (surrogate escapes) written as ``\\xff`` text; any other
-    text is returned unchanged (the same object)."""
+    """``text`` with undecodable bytes (``os.fsdecode``'s surrogate escapes) written as ``\\xff``
+    text and any other lone surrogate (JSON's ``"\\ud800"``) as ``\\ud800``; text that encodes
+    is returned unchanged (the same object)."""
     try:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
+        pass
+    try:  # only undecodable bytes: their bytes, shown as escapes where they do not decode
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate too: escape each character
+        return "".join(_escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as surrogateescape carries it
+        return f"\\x{code - 0xDC00:02x}"
+    if 0xD800 <= code <= 0xDFFF:  # a lone surrogate: not Unicode text at all
+        return f"\\u{code:04x}"
+    return ch
 
 
 def shown(text: str) -> str:

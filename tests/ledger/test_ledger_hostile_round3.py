@@ -184,3 +184,14 @@ def test_an_empty_ecoguard_ledger_variable_means_no_ledger():
     assert Settings.from_env({"ECOGUARD_LEDGER": ""}).ledger_path is None
     assert Settings.from_env({"ECOGUARD_LEDGER": "   "}).ledger_path is None
     assert Settings.from_env({}).ledger_path is not None  # unset: the default ledger
+
+
+def test_valid_utf8_escapes_undecodable_bytes_and_lone_surrogates():
+    from ecoguard.printable import shown, valid_utf8
+
+    assert valid_utf8("evil\udcff") == "evil\\xff"
+    assert valid_utf8("a\ud800b\udcff") == "a\\ud800b\\xff"  # JSON's lone surrogate too
+    assert valid_utf8("\udcc3\udca9") == "é"  # bytes that decode together are shown as text
+    text = "plain"
+    assert valid_utf8(text) is text
+    assert shown("x\ud800\x1b") == "x\\ud800\\x1b"
