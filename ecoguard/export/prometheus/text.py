@@ -29,10 +29,7 @@ def encodable(value: str) -> str:
         return value
     except UnicodeEncodeError as exc:
         record_fault("metrics.label_escaped", exc)
-    try:
-        return valid_utf8(value)
-    except UnicodeEncodeError:  # a lone surrogate that stands for no byte (JSON "\\ud800")
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return valid_utf8(value)
 
 
 def _escape_label_value(value: str) -> str:
