@@ -314,26 +314,7 @@ def _request(
     max_batch: int | None,
     serving: bool,
 ) -> Request:
-    return Request(
-        deployment=dep,
-        settings=settings,
-        language=question.language,
-        requests_per_month=requests,
-        max_batch=max_batch,
-        serving=serving,
-        concurrency=question.concurrency,
-        hours_per_day=question.hours_per_day,
-        model_named=question.model is not None,
-        precisions=question.precisions,
-        lossless=question.accuracy_critical,
-        observed_throughput_tok_s=question.observed_throughput_tok_s,
-        observed_power_w=question.observed_power_w,
-        observed_energy_j_per_1k=question.observed_energy_j_per_1k,
-        currency=question.currency,
-        cny_per_usd=question.cny_per_usd,
-        price_per_kwh=question.price_per_kwh,
-        price_currency=question.price_currency,
-    )
+    return Request(question, dep, settings, requests, max_batch, serving)
 
 
 def _max_batch(
@@ -465,7 +446,7 @@ def _audit_answer(question: Question, settings_used: dict[str, Any]) -> Answer:
     """Files named in the question, or code pasted into it, through ``ecoguard.audit`` (read as
     text, never run). Code that does not parse falls back to the trap its flags name."""
     gpu = question.gpu if question.gpu and card_spec(question.gpu) is None else None
-    request = Request(language=question.language, paths=question.paths, code=question.code)
+    request = Request(question)
     run = PROTOCOLS["audit"].run
     try:
         result = run(replace(request, audit_gpu=gpu))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ecoguard.advisor import protocols
+from ecoguard.advisor.question import Question
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 
@@ -22,29 +23,20 @@ DEFAULT_GPU_PROFILE = "rtx4090d"
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """Everything a protocol run needs, from a question or from flags."""
+    """One protocol run: the question, the deployment framed from it and what the assembly
+    derived (the monthly volume, how far it may batch, whether it is served)."""
 
+    question: Question
     deployment: Deployment = field(default_factory=Deployment)
     settings: Settings = field(default_factory=Settings)
-    language: str = "en"
     requests_per_month: int | None = None
     max_batch: int | None = None
     serving: bool | None = None  # None: an API is served, a chat or batch job is not
-    concurrency: int | None = None
-    hours_per_day: float | None = None
-    model_named: bool = True
-    precisions: tuple[str, ...] = ()  # asked about (a precision question without a model)
-    observed_throughput_tok_s: float | None = None
-    observed_power_w: float | None = None
-    observed_energy_j_per_1k: float | None = None
-    currency: str = "USD"
-    cny_per_usd: float | None = None
-    price_per_kwh: float | None = None
-    price_currency: str | None = None
-    paths: tuple[str, ...] = ()
-    code: str | None = None
     audit_gpu: str | None = None
-    lossless: bool = False  # accuracy-critical: only unquantized precisions are recommended
+
+    @property
+    def language(self) -> str:
+        return self.question.language
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,23 +68,33 @@ class ProtocolSpec:
     prices_recommendation: bool = False
 
 
-# The request fields each protocol takes, by the protocols' own keyword names.
+# The facts each protocol takes, by the protocols' own keyword names: the request's own fields,
+# else the question's (under the question's name where it differs).
 _COMMON = ("settings", "requests_per_month", "language")
 _SERVED = (*_COMMON, "max_batch", "serving", "concurrency", "hours_per_day", "lossless")
 _MONEY = ("currency", "cny_per_usd", "price_per_kwh", "price_currency")
 _OBSERVED = ("observed_throughput_tok_s", "observed_power_w", "observed_energy_j_per_1k")
 
 
+_QUESTION_NAMES = {"lossless": "accuracy_critical"}
+
+
 def _terms(req: Request, *groups: tuple[str, ...]) -> dict[str, Any]:
-    """The request fields named in ``groups`` as a protocol's keyword arguments."""
-    return {name: getattr(req, name) for names in groups for name in names}
+    """The facts named in ``groups`` as a protocol's keyword arguments."""
+    return {
+        name: getattr(req, name)
+        if hasattr(req, name)
+        else getattr(req.question, _QUESTION_NAMES.get(name, name))
+        for names in groups
+        for name in names
+    }
 
 
 def _run_compare(req: Request) -> protocols.AdvisorResult:
-    if not req.model_named:
+    if req.question.model is None:
         return protocols.compare_across_models(
             req.deployment.gpu.profile or DEFAULT_GPU_PROFILE,
-            req.precisions,
+            req.question.precisions,
             language=req.language,
             architecture=req.deployment.gpu.architecture,
         )
@@ -100,7 +102,7 @@ def _run_compare(req: Request) -> protocols.AdvisorResult:
 
 
 def _run_optimize(req: Request) -> protocols.AdvisorResult:
-    if not req.model_named:
+    if req.question.model is None:
         return _run_compare(req)  # "should I use FP8 on Blackwell?": across the measured models
     return protocols.optimize(req.deployment, use=req.deployment.use, **_terms(req, _SERVED))
 
@@ -114,7 +116,10 @@ def _run_diagnose(req: Request) -> protocols.AdvisorResult:
 
 
 def _run_audit(req: Request) -> protocols.AdvisorResult:
-    return protocols.audit(req.paths, language=req.language, code=req.code, gpu=req.audit_gpu)
+    question = req.question
+    return protocols.audit(
+        question.paths, language=question.language, code=question.code, gpu=req.audit_gpu
+    )
 
 
 PROTOCOLS: dict[str, ProtocolSpec] = {
