@@ -58,6 +58,7 @@ It needs gcc (the fake driver is compiled at start).
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import json
 import os
@@ -123,8 +124,6 @@ class Budget:
         return self.limit_s - (time.monotonic() - self.started)
 
     def arm(self) -> threading.Timer:
-        import _thread
-
         def expire() -> None:
             self.expired = True
             _thread.interrupt_main()
@@ -200,7 +199,10 @@ def _nvml_facts() -> dict[str, Any]:
     try:
         pynvml.nvmlInit()
     except Exception as exc:
-        raise SetupError(f"NVML does not start: {type(exc).__name__}: {exc}") from exc
+        raise SetupError(
+            f"NVML does not start ({type(exc).__name__}: {exc}): this needs an NVIDIA driver; "
+            "--tiny runs the same parts on the CPU with ecoguard's fake driver"
+        ) from exc
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         facts: dict[str, Any] = {
@@ -472,7 +474,12 @@ def _run_parts(run: Run, budget: Budget, args: argparse.Namespace, work: Path) -
         run.interrupted = "time limit reached" if budget.expired else "interrupted (Ctrl-C)"
     finally:
         timer.cancel()
-    text = run_summary(run, env, args.tiny)
+    try:
+        text = run_summary(run, env, args.tiny)
+    except Exception as exc:  # the measured parts are on disk already; say why there is no table
+        failed, text = True, ""
+        run.parts["summary"] = {"status": "failed", "reason": _one_line(exc), "rows": 0}
+        _log_error(run.out, "part summary")
     run.save()
     _print_parts(run)
     print()

@@ -45,10 +45,11 @@ for name in ("torch", "transformers", "accelerate", "bitsandbytes", "torchao", "
         print(f"{name:>14}: not installed")
 import ecoguard  # noqa: F401  (the repository on PYTHONPATH, or an installed copy)
 import pynvml  # noqa: F401
-import torch
 
-print(f"{'torch.cuda':>14}: {torch.cuda.is_available()} (CUDA {torch.version.cuda})")
-if not tiny:
+if not tiny:  # (tiny mode: the script itself hides CUDA from torch; no import here to save time)
+    import torch
+
+    print(f"{'torch.cuda':>14}: {torch.cuda.is_available()} (CUDA {torch.version.cuda})")
     if not torch.cuda.is_available():
         sys.exit("torch sees no CUDA GPU: install a CUDA build of torch, or use --tiny")
     print(f"{'GPU 0':>14}: {torch.cuda.get_device_name(0)}, capability {torch.cuda.get_device_capability(0)}")

@@ -3,9 +3,11 @@ one-command wrapper), the summary's comparisons, the time limit and the output f
 
 from __future__ import annotations
 
+import ctypes.util
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -272,6 +274,22 @@ def test_out_must_be_a_new_or_empty_folder(tmp_path, capsys):
     assert args.time_limit == gpu_validation.TINY_TIME_LIMIT_S
     with pytest.raises(SystemExit):
         gpu_validation.parse_args(["--out", str(tmp_path / "new"), "--time-limit", "0"])
+
+
+def test_a_gpu_run_without_a_driver_says_so_and_exits_2(tmp_path):
+    if shutil.which("nvidia-smi") or ctypes.util.find_library("nvidia-ml"):
+        pytest.skip("an NVIDIA driver is installed here: the GPU run would start for real")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ECOGUARD_", "FAKE_NVML"))}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_validation.py"), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "NVML does not start" in done.stderr and "--tiny" in done.stderr
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 def test_wrapper_without_an_out_folder_is_a_usage_error():
