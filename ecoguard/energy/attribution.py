@@ -180,6 +180,9 @@ class GpuTrack:
         profile_key: str | None = None,
     ) -> None:
         self.backend = backend
+        # Found once: a missing attribute costs a raised and caught AttributeError per lookup,
+        # and this is asked at both edges of every call.
+        self._set_active = getattr(backend, "set_active", None)
         self.info = info
         self.index = info.index
         self.profile_key = profile_key
@@ -555,7 +558,7 @@ class GpuTrack:
         self._notify_active()
 
     def _notify_active(self) -> None:
-        set_active = getattr(self.backend, "set_active", None)
+        set_active = self._set_active
         if set_active is not None:
             set_active(self.index, len(self._open))
 

@@ -210,6 +210,7 @@ class Meter:
         # figures do not follow CPU load. The sampler's own schedule and health stay on ours.
         track_clock = getattr(self.backend, "gpu_clock", None) or self.clock
         self.tier = self.backend.tier
+        self._simulate_call = getattr(self.backend, "simulate_call", None)  # (once, not per call)
         self._wall_clock = wall_clock
         self.tracks: list[GpuTrack] = []
         for index in range(self.backend.device_count()):
@@ -320,7 +321,7 @@ class Meter:
         energy_j = 0.0
         end_t: float | None = None
         complete = window.complete
-        simulate_call = getattr(self.backend, "simulate_call", None)
+        simulate_call = self._simulate_call
         if simulate_call is not None:  # a simulated GPU runs the call's modelled work now
             batch = batch_size or window.info.batch_size or 1
             for index in window.started_on:
