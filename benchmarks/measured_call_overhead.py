@@ -13,9 +13,10 @@ the rounds. Three configurations, in one run:
 - guard + meter: ``measure=True`` on the fake NVML driver (one GPU, sampler at 10 Hz), ledger off;
 - guard + meter + ledger: the same with the SQLite ledger on (a temporary file).
 
-The vLLM figure: :class:`ecoguard.engines.vllm_plugin.StepAttributor` fed through
-``observe_step`` exactly as the stat logger's ``record`` feeds it (close the step's window, open
-the next), meter and ledger on, against an empty loop; no vLLM needed.
+The vLLM figure: the stat logger's ``record`` (``EcoguardStatLogger``, whose work is
+``StepAttributor.step``: close the step's window, open the next) called once per engine step
+with a running batch of 8, meter and ledger on, against an empty loop. Without vLLM installed,
+its ``StatLoggerBase`` is stood in by an empty class; nothing else of vLLM's is used.
 
     .venv/bin/python benchmarks/measured_call_overhead.py [--calls 2000] [--rounds 9]
     .venv/bin/python benchmarks/measured_call_overhead.py --profile guard+meter+ledger
@@ -142,11 +143,27 @@ def _warm(model: Any, ids: Any, mask: Any, guarded: Any, cls: Any, config: str) 
         model.generate(ids, attention_mask=mask, max_new_tokens=NEW)
 
 
+def _stat_logger_class() -> Any:
+    """ecoguard's vLLM stat logger class; vLLM's base class stood in when vLLM is absent."""
+    import importlib.util
+    import sys
+    import types
+
+    if importlib.util.find_spec("vllm") is None:
+        names = ("vllm", "vllm.v1", "vllm.v1.metrics", "vllm.v1.metrics.loggers")
+        for name in names:
+            sys.modules.setdefault(name, types.ModuleType(name))
+        sys.modules[names[-1]].StatLoggerBase = type("StatLoggerBase", (), {})
+    from ecoguard.engines.vllm_stat_logger import EcoguardStatLogger
+
+    return EcoguardStatLogger
+
+
 def _step_cpu_us(args: argparse.Namespace) -> float:
     """Median thread-CPU µs per vLLM engine step the stat logger's path adds (meter + ledger)."""
     from ecoguard.deployment import Deployment, ModelSpec
     from ecoguard.energy import CallInfo, get_meter
-    from ecoguard.engines.vllm_plugin import StepAttributor, observe_step
+    from ecoguard.engines.vllm_plugin import StepAttributor
     from ecoguard.guard.install import install, uninstall
 
     scheduler = SimpleNamespace(num_running_reqs=8, num_waiting_reqs=0)
@@ -163,7 +180,10 @@ def _step_cpu_us(args: argparse.Namespace) -> float:
         try:
             meter = get_meter()
             meter.wait_ready(5.0)
-            attributor = StepAttributor(meter, info, (0,))
+            cls = _stat_logger_class()
+            logger = cls.__new__(cls)  # as vLLM builds it, with the attributor start_attribution
+            logger.engine_index = 0  # would return (that installs from ECOGUARD_* variables)
+            logger.attributor = attributor = StepAttributor(meter, info, (0,))
             steps = args.calls
             for _ in range(args.rounds + 1):
                 start = time.thread_time()
@@ -172,8 +192,9 @@ def _step_cpu_us(args: argparse.Namespace) -> float:
                 empty = time.thread_time() - start
                 start = time.thread_time()
                 for _ in range(steps):
-                    observe_step(attributor, scheduler, iteration)
+                    logger.record(scheduler, iteration)
                 added.append((time.thread_time() - start - empty) / steps)
+            logger.attributor = None
             attributor.close()
         finally:
             uninstall()
@@ -238,7 +259,7 @@ def main() -> None:
     )
     for config in CONFIGS:
         print(f"  {config:<20} {figures[config]:7.1f} µs/call")
-    print(f"  vLLM engine step (stat logger path, meter + ledger) {step_us:7.1f} µs/step")
+    print(f"  vLLM engine step (EcoguardStatLogger.record, meter + ledger) {step_us:7.1f} µs/step")
 
 
 if __name__ == "__main__":
