@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ecoguard.advisor import protocols
+from ecoguard.advisor.about_data import about_data
 from ecoguard.advisor.accelerators import (
     VENDORS,
     NearestProfile,
@@ -195,6 +196,9 @@ def _answer_without_deployment(
     """Answers that need no deployment: code (audited), an accelerator outside the data (gray,
     with the protocol), a trap that does not depend on the model; a missing model a protocol
     needs is asked back (UsageError)."""
+    if question.protocol == "data":  # the reference data's own counts (and the GPU's named)
+        result = about_data(question.gpu, question.language)
+        return Answer(result=result, question=question, settings_used=settings_used)
     spec = PROTOCOLS[question.protocol]
     if spec.reads_code or question.code:
         return _audit_answer(question, settings_used)

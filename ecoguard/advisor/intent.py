@@ -139,6 +139,23 @@ class ProtocolSignals(NamedTuple):
     gpu: str | None = None
 
 
+# A question about the reference data itself: a data word and a counting word.
+_DATA_WORDS = (
+    "configurations",
+    "configs",
+    "dataset",
+    "data set",
+    "reference data",
+    "reference rows",
+    "rows",
+    "数据集",
+    "参考数据",
+    "配置",
+    "数据",
+)
+_COUNT_WORDS = ("how many", "really", "number of", "360", "count", "多少", "真的", "总共", "一共")
+
+
 def _has_any(haystack: str, needles: tuple[str, ...]) -> bool:
     return any(n in haystack for n in needles)
 
@@ -150,6 +167,13 @@ def choose_protocol(lower: str, signals: ProtocolSignals) -> tuple[str, str]:
         return "audit", "names source files or asks for an audit"
     if signals.code:
         return "audit", "pastes code: audited as text, never run"
+    if (
+        signals.model is None
+        and not (signals.observed or signals.volume or signals.precisions)
+        and _has_any(lower, _DATA_WORDS)
+        and _has_any(lower, _COUNT_WORDS)
+    ):
+        return "data", "asks about the reference data itself"
     several = len(signals.precisions) >= 2
     if _has_any(lower, _COMPARE_WORDS) or ((" or " in lower or "还是" in lower) and several):
         return "compare", "asks to compare configurations"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ecoguard.advisor import protocols
+from ecoguard.advisor.about_data import about_data
 from ecoguard.advisor.question import Question
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
@@ -115,6 +116,10 @@ def _run_diagnose(req: Request) -> protocols.AdvisorResult:
     return protocols.diagnose(req.deployment, **_terms(req, _OBSERVED, _COMMON))
 
 
+def _run_data(req: Request) -> protocols.AdvisorResult:
+    return about_data(req.question.gpu, req.language)
+
+
 def _run_audit(req: Request) -> protocols.AdvisorResult:
     question = req.question
     return protocols.audit(
@@ -171,6 +176,13 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
             needs_model=False,
             fills_precision=False,
             reads_code=True,
+        ),
+        ProtocolSpec(
+            "data",
+            "the reference data's own counts beside the study's published claim",
+            _run_data,
+            needs_model=False,
+            fills_precision=False,
         ),
     )
 }

@@ -38,6 +38,11 @@ from ecoguard.voice import colorize, lobster_line, mood_tag
 
 __all__ = ["ATTRIBUTION", "BAR_WIDTH", "SECTIONS", "bar_chart", "render"]
 
+
+def _counts_in_notes(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
+    return []  # a question about the data: its counts are the answer's notes
+
+
 # Each protocol's body: (answer, labels, markdown?) -> lines. One per entry of PROTOCOLS.
 SECTIONS = {
     "optimize": optimize_section,
@@ -45,6 +50,7 @@ SECTIONS = {
     "estimate": estimate_section,
     "diagnose": diagnose_section,
     "audit": audit_section,
+    "data": _counts_in_notes,
 }
 assert set(SECTIONS) == set(PROTOCOLS), "one section per protocol"
 

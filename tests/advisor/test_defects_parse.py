@@ -282,3 +282,37 @@ def test_a_bare_problem_is_answered_with_the_questions_and_the_traps(question, s
     for rule in ("int8-mixed", "small-model-quant", "batch-size-one", "fp8-eager"):
         assert rule in notes
     assert "deployment" not in out or not out["deployment"]  # no default setup was judged
+
+
+# -- 5. questions about the data itself ----------------------------------------------------------
+
+
+def test_is_it_really_360_configurations_is_answered_from_the_counts():
+    from ecoguard.knowledge import data_counts
+
+    counts = data_counts()
+    answer = advise("Is it really 360+ configurations?")
+    out = answer.to_dict()
+    assert out["protocol"] == "data"
+    notes = " ".join(out["notes"])
+    assert f"{counts.rows} rows" in notes and f"{counts.configurations} configurations" in notes
+    assert "360+" in notes and "cannot be checked" in notes
+    assert out["data_counts"]["configurations"] == counts.configurations
+
+
+@pytest.mark.parametrize(
+    "question", ["how many T4 configurations were measured?", "T4 上到底测了多少个配置？"]
+)
+def test_how_many_t4_configurations_names_the_t4_counts(question):
+    from ecoguard.knowledge import data_counts, reference_rows
+
+    t4 = data_counts(tuple(r for r in reference_rows() if r.gpu == "tesla_t4"))
+    out = advise(question).to_dict()
+    assert out["protocol"] == "data"
+    assert out["gpu_counts"]["configurations"] == t4.configurations
+    assert out["gpu_counts"]["measured_configurations"] == t4.measured_configurations
+    assert f"{t4.configurations}" in out["notes"][0]
+
+
+def test_a_cost_question_is_not_a_data_question():
+    assert parse_question("how many requests can Qwen2.5-7B on A800 serve?").protocol != "data"
