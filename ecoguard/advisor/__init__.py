@@ -13,7 +13,7 @@ _LAZY: dict[str, str] = {
     "advise": "ecoguard.advisor.answers",
     "Answer": "ecoguard.advisor.answers",
     "parse_question": "ecoguard.advisor.parse",
-    "ParsedQuestion": "ecoguard.advisor.parse",
+    "Question": "ecoguard.advisor.question",
     "AdvisorResult": "ecoguard.advisor.protocols",
     "optimize": "ecoguard.advisor.protocols",
     "compare": "ecoguard.advisor.protocols",

@@ -15,7 +15,6 @@ in order and checks the contradictions between them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from ecoguard.advisor.accelerators import Vendor
@@ -39,7 +38,7 @@ from ecoguard.advisor.intent import ProtocolSignals, choose_protocol
 from ecoguard.advisor.model_names import find_models, one_model
 from ecoguard.advisor.observed import Observed, observed
 from ecoguard.advisor.precisions import CodeFlags, code_flags, find_precisions
-from ecoguard.advisor.texts import Text
+from ecoguard.advisor.question import Question
 from ecoguard.advisor.volume import Volume, extract_volume, text_bytes, words_to_digits
 from ecoguard.advisor.words import Word, mask, split_words
 from ecoguard.advisor.workload import Lengths, batch_sizes, lengths
@@ -48,114 +47,9 @@ from ecoguard.errors import UsageError
 MAX_QUESTION_BYTES = 10_240
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedQuestion:
-    """What a question said. ``None`` means not stated (defaults are applied later and listed)."""
-
-    text: str
-    language: str  # "en" | "zh"
-    protocol: str
-    protocol_reason: str
-    model: str | None = None  # as written: "Qwen2.5-3B", "mistral-7b", "7B"
-    model_size_b: float | None = None  # from the name, when it carries a size
-    gpu: str | None = None  # as written, normalised: "5090", "a800", "t4", "blackwell"
-    gpus: tuple[str, ...] = ()
-    gpu_count: int | None = None  # GPUs the model is served on ("4x A100", "two A800s", "tp=4")
-    tensor_parallel: bool = False  # the question says tensor parallel
-    engine: str | None = None  # serving engine: vllm, tgi, sglang, tensorrt_llm, llamacpp
-    precision: str | None = None  # canonical, the current/asked-about one
-    precisions: tuple[str, ...] = ()  # every precision mentioned, in order
-    batch_size: int | None = None
-    prompt_tokens: int | None = None
-    generation_tokens: int | None = None
-    use: str | None = None
-    requests_per_month: int | None = None
-    total_tokens: int | None = None  # a one-off text volume to generate
-    hours_per_day: float | None = None
-    region: str | None = None
-    currency: str = "USD"
-    cny_per_usd: float | None = None
-    price_per_kwh: float | None = None
-    price_currency: str | None = None
-    int8_threshold: float | None = None
-    double_quant: bool | None = None
-    compiled: bool | None = None
-    compute_dtype: str | None = None  # "bf16" beside load_in_4bit=True: the compute dtype
-    accuracy_critical: bool = False  # output quality comes first: no lossy quantization
-    observed_throughput_tok_s: float | None = None
-    observed_power_w: float | None = None
-    observed_energy_j_per_1k: float | None = None
-    paths: tuple[str, ...] = ()
-    code: str | None = None  # Python pasted into the question (audited, never run)
-    concurrency: int | None = None  # requests in flight at once, as stated
-    tokens_period: str | None = None  # "month" when total_tokens recur monthly; None one-off
-    serving: bool = False  # requests from many users over time: batching applies
-    use_reason: Text | None = None
-    local: bool = False  # the GPU runs on the user's own machine (PUE 1.0)
-    conversions: tuple[Conversion, ...] = ()
-    out_of_data: tuple[OutOfData, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "language": self.language,
-            "protocol": self.protocol,
-            "protocol_reason": self.protocol_reason,
-        }
-        for name in (
-            "model",
-            "model_size_b",
-            "gpu",
-            "gpu_count",
-            "engine",
-            "precision",
-            "compute_dtype",
-            "batch_size",
-            "prompt_tokens",
-            "generation_tokens",
-            "use",
-            "requests_per_month",
-            "total_tokens",
-            "hours_per_day",
-            "region",
-            "cny_per_usd",
-            "price_per_kwh",
-            "price_currency",
-            "int8_threshold",
-            "double_quant",
-            "compiled",
-            "observed_throughput_tok_s",
-            "observed_power_w",
-            "observed_energy_j_per_1k",
-            "concurrency",
-            "tokens_period",
-        ):
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = value
-        out["currency"] = self.currency
-        if len(self.precisions) > 1:
-            out["precisions"] = list(self.precisions)
-        if len(self.gpus) > 1:
-            out["gpus"] = list(self.gpus)
-        if self.paths:
-            out["paths"] = list(self.paths)
-        if self.code:
-            out["code"] = self.code
-        out["serving"] = self.serving
-        if self.tensor_parallel:
-            out["tensor_parallel"] = True
-        if self.use_reason is not None:
-            out["use_reason"] = self.use_reason.en
-        if self.local:
-            out["local"] = True
-        if self.accuracy_critical:
-            out["accuracy_critical"] = True
-        out["conversions"] = [c.to_dict() for c in self.conversions]
-        out["out_of_data"] = [o.to_dict() for o in self.out_of_data]
-        if self.notes:
-            out["notes"] = list(self.notes)
-        return out
+# The parser makes the one Question record every door makes (ecoguard.advisor.question); the
+# old name stays for callers that still say it.
+ParsedQuestion = Question
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +223,7 @@ def _out_of_data(lower: str, names: _Names, figures: _Figures) -> tuple[OutOfDat
     return tuple(gaps)
 
 
-def parse_question(text: object) -> ParsedQuestion:
+def parse_question(text: object) -> Question:
     """Parse a free-text question. Raises UsageError for bad input or contradictions. Each
     kind of fact has its own reader; this function runs them in order and checks the
     contradictions between them."""
@@ -347,7 +241,7 @@ def parse_question(text: object) -> ParsedQuestion:
     protocol, reason = _protocol(lower, names, figures, work)
     precisions = names.flags.precisions
     several = protocol == "estimate" and len(precisions) > 1
-    return ParsedQuestion(
+    return Question(
         text=question,
         language=language,
         protocol=protocol,

@@ -1,5 +1,5 @@
 """One question's facts: the ``Question`` record every front door makes (free text through
-:func:`Question.from_parsed`, CLI flags and MCP tool arguments through :func:`Question.from_flags`),
+``parse.parse_question``, CLI flags and MCP tool arguments through :func:`Question.from_flags`),
 and the defaults for what a question leaves out, chosen here once for every door.
 
 ``None`` means "not stated": the answer fills the default below and lists it with how to change
@@ -9,9 +9,7 @@ optimize --model ...`` or the MCP ``optimize`` tool is answered from the same fa
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.coverage import OutOfData
@@ -152,14 +150,6 @@ class Question:
     conversions: tuple[Conversion, ...] = ()
     out_of_data: tuple[OutOfData, ...] = ()
     notes: tuple[str, ...] = ()
-
-    @classmethod
-    def from_parsed(cls, parsed: Any) -> Question:
-        """The facts a free-text parse found (a ``parse.ParsedQuestion``): every field the two
-        records share, by name, so a fact the parser learns to read flows through unchanged."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        shared = {f.name for f in dataclasses.fields(parsed)} & names
-        return cls(**{name: getattr(parsed, name) for name in shared})
 
     @classmethod
     def from_flags(
