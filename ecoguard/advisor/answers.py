@@ -134,7 +134,7 @@ def _tell_me_more(question: Question, settings_used: dict[str, Any]) -> Answer:
 def advise(text: object, *, settings: Settings | None = None) -> Answer:
     """Answer one free-text question. Raises UsageError (exit 2) for bad input, unknown names
     and contradictions."""
-    return answer(Question.from_parsed(parse_question(text)), settings)
+    return answer(parse_question(text), settings)
 
 
 def answer(question: Question, settings: Settings | None = None) -> Answer:
