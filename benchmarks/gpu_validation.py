@@ -152,6 +152,7 @@ class Run:
     )
     parts: dict[str, Any] = field(default_factory=dict)
     interrupted: str | None = None
+    seconds: float | None = None  # the whole run, start-up included, once it ends
 
     def save(self) -> None:
         data = {k: v for k, v in vars(self).items() if k != "out"}
@@ -303,7 +304,8 @@ def run_traps(run: Run, budget: Budget, tiny: bool, work: Path) -> None:
         _run_steps(run, budget, part, steps, tiny)
     finally:
         meter.stop()
-    run.parts["traps"]["status"] = "done"
+    failed = any(step["status"] == "failed" for step in steps)
+    run.parts["traps"]["status"] = "failed" if failed else "done"
 
 
 def _run_steps(
@@ -480,14 +482,17 @@ def _run_parts(run: Run, budget: Budget, args: argparse.Namespace, work: Path) -
         failed, text = True, ""
         run.parts["summary"] = {"status": "failed", "reason": _one_line(exc), "rows": 0}
         _log_error(run.out, "part summary")
+    run.seconds = round(time.monotonic() - budget.started, 1)
     run.save()
     _print_parts(run)
+    print(f"total {run.seconds:.1f} s (time limit {run.time_limit_s:.0f} s)")
     print()
     print(text, end="")
     print(f"\nfiles in {run.out}: {', '.join(sorted(p.name for p in run.out.iterdir()))}")
     if run.interrupted:
         print(f"gpu_validation: {run.interrupted}; finished parts and cells were kept")
         return 130
+    failed = failed or any(part.get("status") == "failed" for part in run.parts.values())
     measured = run.parts["summary"]["rows"]
     return 1 if failed or not measured else 0
 

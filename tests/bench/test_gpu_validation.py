@@ -74,7 +74,7 @@ def test_tiny_run_writes_every_part(tiny_run):
         assert (out / name).is_file(), name
     assert not (out / "errors.txt").exists()
     run = json.loads((out / "run.json").read_text())
-    assert run["mode"] == "tiny" and run["interrupted"] is None
+    assert run["mode"] == "tiny" and run["interrupted"] is None and run["seconds"] > 0
     assert {name: part["status"] for name, part in run["parts"].items()} == {
         "meter": "done",
         "traps": "done",
