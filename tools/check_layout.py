@@ -8,10 +8,13 @@
   be longer says so with ``# layout: table`` on its ``def`` or first line);
 - no ``try: import ... except ImportError`` around ecoguard's own modules;
 - no function-local import of ecoguard's own modules, except where the line says why with a
-  ``# lazy: <reason>`` comment (laziness is for heavy third-party libraries behind our module).
+  ``# lazy: <reason>`` comment (laziness is for heavy third-party libraries behind our module);
+- ``tools/`` beside the package (scripts and their packages, which import each other by
+  top-level name: ``import dashboard_panels``, ``from reference import readme``): the same
+  module and function lengths, and no import cycle between its modules.
 
-Usage: ``python tools/check_layout.py [PATH ...]`` (default: the whole package). Prints one line
-per problem and exits 1 when there is any, 0 when there is none.
+Usage: ``python tools/check_layout.py [PATH ...]`` (default: the package and tools/). Prints
+one line per problem and exits 1 when there is any, 0 when there is none.
 """
 
 from __future__ import annotations
@@ -120,17 +123,8 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     )
 
 
-def check_file(
-    path: Path,
-    edges: dict[str, set[str]],
-    root: Path = ROOT,
-    module_edges: dict[str, set[str]] | None = None,
-) -> list[Problem]:
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    rel = str(path.relative_to(root))
-    tree = ast.parse(text, filename=rel)
-    module = module_name(path, root)
+def length_problems(rel: str, lines: list[str], tree: ast.AST) -> list[Problem]:
+    """A module over MAX_MODULE_LINES, each function over MAX_FUNCTION_LINES (unless marked)."""
     problems: list[Problem] = []
     if len(lines) > MAX_MODULE_LINES and not any(TABLE_MARK in line for line in lines[:5]):
         problems.append(Problem(rel, 1, f"module has {len(lines)} lines (> {MAX_MODULE_LINES})"))
@@ -144,6 +138,61 @@ def check_file(
                     f"function {function.name} has {length} lines (> {MAX_FUNCTION_LINES})",
                 )
             )
+    return problems
+
+
+def tool_imports(node: ast.AST, module: str, is_package: bool, tools: Path) -> list[str]:
+    """The tools/ modules an import statement in tools/ names: ``import dashboard_panels``,
+    ``from reference import readme`` (``reference.readme``), ``from .sources import SOURCES``."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        parts = base[: len(base) - (node.level - 1)] if node.level else []
+        target = ".".join(parts + ([node.module] if node.module else []))
+        named = [f"{target}.{a.name}" if target else a.name for a in node.names]
+        named = [name for name in named if _is_module(name, tools)]
+        names = named + ([target] if target and len(named) < len(node.names) else [])
+    else:
+        return []
+    return [name for name in names if _is_module(name, tools)]
+
+
+def check_tools(tools: Path, wanted: set[Path] | None = None) -> list[str]:
+    """tools/: module and function lengths (of ``wanted`` files only, when given) and import
+    cycles between its modules."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    problems: list[str] = []
+    for path in sorted(tools.rglob("*.py")) if tools.is_dir() else []:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text, filename=str(path))
+        module = module_name(path, tools)
+        for node in ast.walk(tree):
+            for target in tool_imports(node, module, path.name == "__init__.py", tools):
+                if target != module:
+                    edges[module].add(target)
+        if wanted is None or path.resolve() in wanted:
+            rel = str(path.relative_to(tools.parent))
+            found = length_problems(rel, text.splitlines(), tree)
+            problems.extend(str(problem) for problem in found)
+    for cycle in find_cycles(edges):
+        problems.append(f"tools: import cycle between modules: {' <-> '.join(cycle)}")
+    return problems
+
+
+def check_file(
+    path: Path,
+    edges: dict[str, set[str]],
+    root: Path = ROOT,
+    module_edges: dict[str, set[str]] | None = None,
+) -> list[Problem]:
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    rel = str(path.relative_to(root))
+    tree = ast.parse(text, filename=rel)
+    module = module_name(path, root)
+    problems = length_problems(rel, lines, tree)
+    for function in _functions(tree):
         for node in ast.walk(function):
             if _unmarked_local_import(node, module, path, lines):
                 problems.append(
@@ -215,8 +264,9 @@ def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def check(paths: Iterable[Path] | None = None, package: Path = PACKAGE) -> list[str]:
-    """Every problem found, as printable lines (cycles always over the whole package).
-    ``paths`` limits the per-file problems to those files."""
+    """Every problem found in the package and in the tools/ beside it, as printable lines
+    (cycles always over the whole of each). ``paths`` limits the per-file problems to those
+    files."""
     edges: dict[str, set[str]] = defaultdict(set)
     module_edges: dict[str, set[str]] = defaultdict(set)
     wanted = {path.resolve() for path in paths} if paths else None
@@ -231,6 +281,7 @@ def check(paths: Iterable[Path] | None = None, package: Path = PACKAGE) -> list[
     for cycle in find_cycles(module_edges):
         chain = " <-> ".join(cycle)
         problems.append(f"{package_of(cycle[0])}: import cycle between modules: {chain}")
+    problems.extend(check_tools(package.parent / "tools", wanted))
     return problems
 
 

@@ -21,6 +21,14 @@ def test_the_package_has_the_shape_it_promises(layout):
     assert problems == [], "\n".join(problems)
 
 
+def test_tools_have_the_package_shape(layout):
+    """Issue 34: tools/ (scripts and their packages) under the same lengths, with no cycle."""
+    tools = layout.ROOT / "tools"
+    assert len(list(tools.rglob("*.py"))) >= 8  # every script and the reference package
+    problems = layout.check_tools(tools)
+    assert problems == [], "\n".join(problems)
+
+
 def _write(root: Path, rel: str, text: str) -> None:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,4 +101,32 @@ def test_the_checker_finds_a_circle_between_modules_of_one_package(layout, tmp_p
         "ecoguard.advisor.registry <-> ecoguard.advisor.sections"
     ]
     _write(package, "advisor/registry.py", "TABLE = 1\n")
+    assert layout.check(package=package) == []
+
+
+def test_the_checker_reads_tools_like_the_package(layout, tmp_path):
+    """tools/ beside the package: a long function or module is found (a table may say so),
+    and a cycle between modules that import each other by top-level or relative name."""
+    package = tmp_path / "ecoguard"
+    _write(package, "__init__.py", "")
+    tools = tmp_path / "tools"
+    body = "\n".join(f"    x{i} = {i}" for i in range(85))
+    _write(
+        tools, "build_thing.py", f"import json\nfrom thing import readme\n\n\ndef main():\n{body}\n"
+    )
+    _write(tools, "helper.py", "import sys\n" * 601)
+    _write(tools, "thing/__init__.py", "")
+    _write(tools, "thing/readme.py", "from thing.sources import SOURCES\n")
+    _write(tools, "thing/sources.py", "from . import readme\nSOURCES = ()\n")
+    _write(tools, "thing/names.py", f"def table():  # layout: table\n{body}\n")
+    assert layout.check(package=package) == [
+        "tools/build_thing.py:5: function main has 86 lines (> 80)",
+        "tools/helper.py:1: module has 601 lines (> 600)",
+        "tools: import cycle between modules: thing.readme <-> thing.sources",
+    ]
+    _write(tools, "thing/sources.py", "import thing.names\nSOURCES = ()\n")
+    _write(tools, "helper.py", "import sys\n")
+    _write(
+        tools, "build_thing.py", "from thing import readme, sources\n\n\ndef main():\n    pass\n"
+    )
     assert layout.check(package=package) == []
