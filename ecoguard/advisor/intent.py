@@ -156,6 +156,10 @@ _DATA_WORDS = (
 _COUNT_WORDS = ("how many", "really", "number of", "360", "count", "多少", "真的", "总共", "一共")
 
 
+# "What do I do (about it)?" after a setting named with nothing else to go on.
+_WHAT_TO_DO = ("怎么办", "咋办", "怎么处理", "如何处理", "what do i do", "what now", "what to do")
+
+
 def _has_any(haystack: str, needles: tuple[str, ...]) -> bool:
     return any(n in haystack for n in needles)
 
@@ -190,6 +194,9 @@ def choose_protocol(lower: str, signals: ProtocolSignals) -> tuple[str, str]:
     if signals.precisions and signals.gpu is not None:
         # "FP8 on Blackwell?": a precision on a GPU, no model: every measured model on that GPU.
         return "compare", "asks about a precision on a GPU without a model"
+    if signals.precisions and _has_any(lower, _WHAT_TO_DO):
+        # "我用了 load_in_8bit=True，怎么办？": a setting and "what now": its trap, explained.
+        return "diagnose", "names a setting and asks what to do about it"
     raise UsageError(
         "I could not tell what you want to know. Name a model and a GPU and ask, e.g.: "
         '"greenest config for Qwen2.5-3B on RTX 5090", "compare all precisions Qwen2.5-7B on 5090", '

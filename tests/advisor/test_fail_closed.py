@@ -88,3 +88,15 @@ def test_error_lines_are_one_line() -> None:
     assert usage_error_line("已经是中文的错误信息", "zh") == "ecoguard: 错误：已经是中文的错误信息"
     line = internal_error_line(KeyError("a\nb"), "en")
     assert "\n" not in line and line.startswith("ecoguard: internal error: KeyError")
+
+
+@pytest.mark.parametrize(
+    "question", ["我用了 load_in_8bit=True，怎么办？", "I used load_in_8bit=True, what do I do?"]
+)
+def test_a_trap_setting_with_what_to_do_is_answered(capsys, question) -> None:
+    """It exited 2 with an English message: the setting names a trap (int8-mixed)."""
+    assert main(["advise", question, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"rule": "int8-mixed"' in out and '"protocol": "diagnose"' in out
+    answer = advise(question)
+    assert answer.language == ("zh" if "怎么办" in question else "en")
