@@ -94,7 +94,8 @@ class NvmlBackend:
             import pynvml
         except ImportError as exc:
             raise BackendError(
-                "nvidia-ml-py is not installed (pip install 'ecoguard[nvml]')"
+                "nvidia-ml-py is not installed (pip install nvidia-ml-py; from a clone: "
+                "pip install -e '.[nvml]')"
             ) from exc
         try:
             pynvml.nvmlInit()

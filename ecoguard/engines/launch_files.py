@@ -343,7 +343,8 @@ def _yaml(text: str) -> list[LaunchCommand]:
         import yaml
     except ImportError as exc:  # an optional extra: ecoguard[launch]
         raise LaunchFileError(
-            "reading YAML launch files needs PyYAML: pip install 'ecoguard[launch]'"
+            "reading YAML launch files needs PyYAML: pip install pyyaml (from a clone: pip install -e "
+            "'.[launch]')"
         ) from exc
     try:
         documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
