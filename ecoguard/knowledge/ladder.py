@@ -89,11 +89,11 @@ class Carrier:
 
 
 def _exact(ladder: Ladder, q: Query) -> Basis | None:
-    key = (q.gpu.key, q.model_key, q.precision, q.batch_size)
-    if q.model_key is None or not ladder.evidence.has(key):  # type: ignore[arg-type]
+    if q.model_key is None:
         return None
-    fig = ladder.evidence.anchored(key)  # type: ignore[arg-type]
-    assert fig is not None
+    fig = ladder.evidence.anchored((q.gpu.key, q.model_key, q.precision, q.batch_size))
+    if fig is None:  # no rows of this configuration
+        return None
     return Basis(
         fig, "exact", f"{fig.tier}: {fig.description}", (), fig.power_w, fig.throughput_tok_s
     )
