@@ -36,7 +36,8 @@ _log = logging.getLogger("ecoguard")
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "doctor",
-        help="show what the guard sees here: versions, GPUs, rules that fire for this stack",
+        help="show what the guard sees here: versions, GPUs, whether energy is measured (and "
+        "why not), rules that fire for this stack",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
