@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 
 from ecoguard.audit.index import ModuleIndex
-from ecoguard.audit.site import RawNote
+from ecoguard.audit.site import RawNote, user_code
 from ecoguard.findings import Mood
 
 _TRAINING_MARKERS = frozenset(
@@ -97,7 +97,16 @@ class NoteFinder:
                 and self.index.constant(node.value) is False
                 and not self._for_training(node)
             ):
-                self._kv_note(node, "<model>.config.use_cache = True (or drop the line)")
+                target = next(
+                    t
+                    for t in node.targets
+                    if isinstance(t, ast.Attribute) and t.attr == "use_cache"
+                )
+                # the file's own target (``llm.config.use_cache``), or a marked slot
+                self._kv_note(
+                    node,
+                    f"{user_code(target, '<model>.config.use_cache')} = True (or drop the line)",
+                )
 
     def _for_training(self, node: ast.AST) -> bool:
         """Whether ``node`` sits in a training setup: the module trains, or a comment on the

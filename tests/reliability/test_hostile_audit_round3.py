@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from ecoguard import cli
-from ecoguard.audit import audit_paths
+from ecoguard.audit import audit_paths, audit_source
 from ecoguard.audit.launch import audit_launch_text
 from ecoguard.deployment import GpuSpec
 
@@ -383,7 +383,7 @@ def test_fix_with_no_name_in_the_file_uses_a_marked_slot():
         "for i in range(100):\n"
         "    m.generate(input_ids=[[i]])\n"
     )
-    (finding,) = audit_paths.__globals__["audit_source"](source).findings
+    (finding,) = audit_source(source).findings
     assert "<prompts>" in finding.fix and "<tokenizer>" in finding.fix
     assert "m.generate(" in finding.fix
 
@@ -397,3 +397,13 @@ def test_top_level_help_says_the_audit_reads_launch_files(capsys):
     assert entry is not None, out
     text = " ".join(entry.group(1).split())
     assert "Python" in text and "Dockerfile" in text and "Kubernetes" in text
+
+
+def test_kv_cache_note_names_the_files_own_object():
+    source = (
+        "from transformers import AutoModelForCausalLM\n"
+        'llm = AutoModelForCausalLM.from_pretrained("gpt2")\n'
+        "llm.config.use_cache = False\n"
+    )
+    (note,) = audit_source(source).notes
+    assert note.fix.startswith("llm.config.use_cache = True")
