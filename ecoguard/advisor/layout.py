@@ -75,6 +75,7 @@ _LABEL_TEXTS = {
     # "Understood as" fields
     "f_model": Text("model", "模型"),
     "f_gpu": Text("GPU", "GPU"),
+    "f_engine": Text("served by", "推理引擎"),
     "f_precision": Text("precision", "精度"),
     "f_batch_size": Text("batch size", "批大小"),
     "f_in_out": Text("{p} in / {g} out", "输入 {p} / 输出 {g} token"),

@@ -135,7 +135,10 @@ def _understood(answer: Answer, labels: dict[str, str], markdown: bool) -> list[
             size = fmt(dep.model.params_b, 2).rstrip("0").rstrip(".")
             parts.append(f"{labels['f_model']}{colon}{dep.model.id} ({size}B)")
         if dep.gpu.name:
-            parts.append(f"{labels['f_gpu']}{colon}{dep.gpu.name}")
+            count = f"{dep.gpu.count} x " if dep.gpu.count > 1 else ""  # tensor parallel
+            parts.append(f"{labels['f_gpu']}{colon}{count}{dep.gpu.name}")
+        if dep.engine:
+            parts.append(f"{labels['f_engine']}{colon}{dep.engine}")
         if dep.precision:
             parts.append(f"{labels['f_precision']}{colon}{dep.precision}")
         if dep.batch_size:

@@ -316,3 +316,15 @@ def test_how_many_t4_configurations_names_the_t4_counts(question):
 
 def test_a_cost_question_is_not_a_data_question():
     assert parse_question("how many requests can Qwen2.5-7B on A800 serve?").protocol != "data"
+
+
+def test_the_answer_says_how_many_gpus_and_which_engine():
+    from ecoguard.advisor.rendering import render
+
+    answer = advise("Mistral-7B with FP8 on two H100s served by vLLM, cost for 1M requests a month?")
+    text = render(answer, fmt="text")
+    assert "2 x NVIDIA H100" in text and "served by: vllm" in text
+    dep = answer.to_dict()["deployment"]
+    assert dep["gpu_count"] == 2 and dep["engine"] == "vllm"
+    single = advise("Mistral-7B on an A800, cost?").to_dict()["deployment"]
+    assert "gpu_count" not in single and "engine" not in single

@@ -93,7 +93,7 @@ class AdvisorResult:
 
 
 def deployment_dict(deployment: Deployment) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "model": deployment.model.id,
         "params_b": deployment.model.params_b,
         "gpu": deployment.gpu.profile,
@@ -105,6 +105,11 @@ def deployment_dict(deployment: Deployment) -> dict[str, Any]:
         "generation_tokens": deployment.generation_tokens,
         "use": deployment.use,
     }
+    if deployment.gpu.count > 1:
+        out["gpu_count"] = deployment.gpu.count  # spread over several GPUs (tensor parallel)
+    if deployment.engine is not None:
+        out["engine"] = deployment.engine
+    return out
 
 
 def with_precision(
