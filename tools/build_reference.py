@@ -48,52 +48,38 @@ TOOLS = Path(__file__).resolve().parent
 if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
+from reference import prose, sources, treatment  # noqa: E402
 from reference.normalise import REPO_ROOT, SCHEMA_VERSION, UPSTREAM_DIR, Row  # noqa: E402
-from reference.prose import rows_bs_guide, rows_memo_prose, rows_v23_prose  # noqa: E402
 from reference.readme import published_counts, render_readme  # noqa: E402
-from reference.sources import (  # noqa: E402
-    rows_a800_json,
-    rows_a800_meta,
-    rows_bs_sweep,
-    rows_ecai_bs1_csv,
-    rows_ppl_4090d,
-    rows_pro6000_e2e,
-    rows_pro6000_phase,
-    rows_pure_int8_meta,
-    rows_qe_anchor,
-    rows_qe_fp8,
-    rows_qe_paired,
-)
-from reference.treatment import (  # noqa: E402
-    SAME_RUN_ENERGY_J,
-    add_back_idle,
-    apply_registry_sizes,
-    assign_ids,
-    link_baselines,
-    mark_anchor_duplicates,
-    mark_offloaded,
-    mark_quotes,
-    registry_sizes,
-)
+from reference.treatment import SAME_RUN_ENERGY_J  # noqa: E402
 
 __all__ = ["SAME_RUN_ENERGY_J", "Row", "build", "collect", "default_source", "main"]
 
 # The readers: one per upstream file or family of files, in the order their rows are collected.
 SOURCES = (
-    rows_ecai_bs1_csv,
-    rows_a800_json,
-    rows_a800_meta,
-    rows_pure_int8_meta,
-    rows_ppl_4090d,
-    rows_bs_sweep,
-    rows_qe_anchor,
-    rows_qe_paired,
-    rows_qe_fp8,
-    rows_pro6000_e2e,
-    rows_pro6000_phase,
-    rows_v23_prose,
-    rows_memo_prose,
-    rows_bs_guide,
+    sources.rows_ecai_bs1_csv,
+    sources.rows_a800_json,
+    sources.rows_a800_meta,
+    sources.rows_pure_int8_meta,
+    sources.rows_ppl_4090d,
+    sources.rows_bs_sweep,
+    sources.rows_qe_anchor,
+    sources.rows_qe_paired,
+    sources.rows_qe_fp8,
+    sources.rows_pro6000_e2e,
+    sources.rows_pro6000_phase,
+    prose.rows_v23_prose,
+    prose.rows_memo_prose,
+    prose.rows_bs_guide,
+)
+# What the build does to the collected rows (sized by the registry first), in this order.
+STEPS = (
+    treatment.assign_ids,
+    treatment.add_back_idle,
+    treatment.mark_anchor_duplicates,
+    treatment.link_baselines,
+    treatment.mark_quotes,
+    treatment.mark_offloaded,
 )
 
 
@@ -113,16 +99,11 @@ def row_to_json(row: Row) -> dict:
 
 
 def collect(src: Path) -> list[Row]:
-    rows: list[Row] = [row for reader in SOURCES for row in reader(src)]
-    rows = apply_registry_sizes(rows, registry_sizes())
-    rows = assign_ids(rows)
-    rows = add_back_idle(rows)
-    rows = mark_anchor_duplicates(rows)
-    rows = link_baselines(rows)
-    rows = mark_quotes(rows)
-    rows = mark_offloaded(rows)
-    rows.sort(key=lambda r: r.id)
-    return rows
+    rows = [row for reader in SOURCES for row in reader(src)]
+    rows = treatment.apply_registry_sizes(rows, treatment.registry_sizes())
+    for step in STEPS:
+        rows = step(rows)
+    return sorted(rows, key=lambda r: r.id)
 
 
 def build(src: Path, out: Path) -> list[Row]:
