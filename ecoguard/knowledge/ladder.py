@@ -354,19 +354,17 @@ class Ladder:
         """The first same-GPU rung that answers (none of the ``by_size`` ones without a size
         or where ``allow_size`` is off)."""
         key = (q, allow_size)
-        if key not in self._on_gpu:
-            sized = allow_size and q.params_b is not None
-            self._on_gpu[key] = next(
-                (
-                    basis
-                    for rung in self.choices.rungs
-                    if sized or not rung.by_size
-                    for basis in (rung.find(self, q),)
-                    if basis is not None
-                ),
-                None,
-            )
-        return self._on_gpu[key]
+        if key in self._on_gpu:
+            return self._on_gpu[key]
+        sized = allow_size and q.params_b is not None
+        basis = None
+        for rung in self.choices.rungs:
+            if sized or not rung.by_size:
+                basis = rung.find(self, q)
+                if basis is not None:
+                    break
+        self._on_gpu[key] = basis
+        return basis
 
     # -------------------------------------------------------------------------- ratios
 
