@@ -47,11 +47,6 @@ from ecoguard.errors import UsageError
 MAX_QUESTION_BYTES = 10_240
 
 
-# The parser makes the one Question record every door makes (ecoguard.advisor.question); the
-# old name stays for callers that still say it.
-ParsedQuestion = Question
-
-
 # ---------------------------------------------------------------------------------------------
 # Input checks
 
