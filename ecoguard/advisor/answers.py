@@ -266,6 +266,8 @@ def _answer(
     result = _mood_within_saving(result, lang)
     if question.accuracy_critical:
         result = replace(result, notes=(*result.notes, ACCURACY_CAVEAT.get(lang)))
+    if served := _served_notes(result.deployment or dep):
+        result = replace(result, notes=(*result.notes, *(t.get(lang) for t in served)))
     warnings = _warnings(dep, question)
     if warnings and result.mood == Mood.GREEN:
         result = replace(result, mood=Mood.YELLOW)  # it cannot run as asked: not green
@@ -424,6 +426,36 @@ def _warnings(dep: Deployment, question: Question | None) -> list[Text]:
                 f"输入 {dep.prompt_tokens:,} + 输出 {dep.generation_tokens:,} = {total:,} 个 token，"
                 f"超过了 {dep.model.id} 的上下文窗口 {window:,}：模型无法覆盖全部内容（截短输入或换更长窗口的模型）；"
                 "以上数字按能运行估算。",
+            )
+        )
+    return out
+
+
+def _served_notes(dep: Deployment) -> list[Text]:
+    """What the reference figures do not cover about how the model is served: several GPUs,
+    an engine's fused FP8 kernels."""
+    out: list[Text] = []
+    if dep.gpu.count > 1:
+        out.append(
+            Text(
+                f"the model is spread over {dep.gpu.count} GPUs: the memory check is per card, "
+                "but the energy figures come from single-GPU measurements; all "
+                f"{dep.gpu.count} cards draw power (idle power included), which they do not count.",
+                f"模型分布在 {dep.gpu.count} 张 GPU 上：显存按每张卡检查，但能耗数字来自单卡实测；"
+                f"{dep.gpu.count} 张卡都在耗电（含空闲功耗），这些数字没有计入。",
+            )
+        )
+    fused_fp8 = (
+        dep.precision in ("fp8_weight_only", "fp8_dynamic") and dep.quant.method != "torchao"
+    )
+    if dep.engine and fused_fp8:
+        out.append(
+            Text(
+                f"{dep.engine} runs FP8 as fused kernels; the only FP8 rows in the reference "
+                "data are torchao's eager path, so the FP8 figures here overstate its energy. "
+                "Measure your own FP8 run (`ecoguard bench`) before switching precision.",
+                f"{dep.engine} 的 FP8 使用融合算子；参考数据里的 FP8 只有 torchao 的 eager 路径，"
+                "所以这里的 FP8 数字高估了能耗。换精度之前请先实测你自己的 FP8（`ecoguard bench`）。",
             )
         )
     return out
