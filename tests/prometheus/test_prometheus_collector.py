@@ -38,7 +38,7 @@ def _registry(**kwargs) -> tuple[CollectorRegistry, prom.EcoguardCollector]:
 
 def test_records_become_counters_and_histograms():
     aggregates = prom.GenerationAggregates()
-    registry, _ = _registry(aggregates=aggregates, meter=False)
+    registry, _ = _registry(aggregates=aggregates, meter=prom.NO_METER)
     aggregates.observe_record(
         FakeRecord(energy_j=12.0, tokens=40, requests=4, batch_size=4, cost_usd=0.001, co2_g=2.0)
     )
@@ -65,7 +65,7 @@ def test_records_become_counters_and_histograms():
 
 def test_reference_gauge_carries_tier_and_latest_value():
     aggregates = prom.GenerationAggregates()
-    registry, _ = _registry(aggregates=aggregates, meter=False)
+    registry, _ = _registry(aggregates=aggregates, meter=prom.NO_METER)
     aggregates.observe_record(
         FakeRecord(energy_j=1.0, tokens=1, reference_j_per_token=0.5, reference_tier="measured")
     )
@@ -85,7 +85,7 @@ def test_reference_gauge_carries_tier_and_latest_value():
 
 def test_findings_counted_by_rule_mood_action_from_the_event_bus():
     aggregates = prom.GenerationAggregates()
-    registry, _ = _registry(aggregates=aggregates, meter=False)
+    registry, _ = _registry(aggregates=aggregates, meter=prom.NO_METER)
     aggregates.subscribe()
     try:
         event = FakeFindingEvent(FakeFinding("int8-mixed", "orange"), action="fix")
@@ -109,7 +109,7 @@ def test_finding_series_exist_at_zero_before_the_first_firing():
     at 0 under the configured action; rules turned off get none."""
     aggregates = prom.GenerationAggregates()
     settings = Settings(mode="fix", rules={"batch-size-one": "off", "int8-mixed": "strict"})
-    registry, _ = _registry(aggregates=aggregates, meter=False, settings=settings)
+    registry, _ = _registry(aggregates=aggregates, meter=prom.NO_METER, settings=settings)
     value = registry.get_sample_value
     assert (
         value(
@@ -149,7 +149,7 @@ def test_coalesced_calls_count_the_energy_batching_saved():
     from ecoguard.knowledge.estimator import batch_energy_ratio
 
     aggregates = prom.GenerationAggregates()
-    registry, _ = _registry(aggregates=aggregates, meter=False)
+    registry, _ = _registry(aggregates=aggregates, meter=prom.NO_METER)
     aggregates.observe_record(FakeRecord(energy_j=10.0, tokens=8, requests=1, batch_size=1))
     name = "ecoguard_batching_energy_saved_joules_total"
     assert registry.get_sample_value(name, GEN) is None  # nothing coalesced yet
@@ -162,7 +162,7 @@ def test_coalesced_calls_count_the_energy_batching_saved():
 
 def test_model_names_beyond_the_cap_fold_into_other():
     aggregates = prom.GenerationAggregates(max_models=2)
-    registry, _ = _registry(aggregates=aggregates, meter=False)
+    registry, _ = _registry(aggregates=aggregates, meter=prom.NO_METER)
     for name in ("a", "b", "c", "d", "a"):
         aggregates.observe_record(
             FakeRecord(energy_j=1.0, tokens=1, model_name=name, reference_j_per_token=1.0)
@@ -214,7 +214,7 @@ def test_config_info_and_internal_faults():
     try:
         record_fault("guard.extract", RuntimeError("boom"))
         settings = Settings(mode="fix", rules={"int8-mixed": "off"}, region="eu")
-        registry, _ = _registry(meter=False, settings=settings)
+        registry, _ = _registry(meter=prom.NO_METER, settings=settings)
         value = registry.get_sample_value
         assert value("ecoguard_internal_faults_total", {"stage": "guard.extract"}) == 1
         info = next(f for f in registry.collect() if f.name == "ecoguard_config")
@@ -252,7 +252,7 @@ def test_a_failing_meter_is_a_counted_fault_and_the_scrape_goes_on():
 
 def test_aggregates_are_thread_safe():
     aggregates = prom.GenerationAggregates()
-    registry, _ = _registry(aggregates=aggregates, meter=False)
+    registry, _ = _registry(aggregates=aggregates, meter=prom.NO_METER)
 
     def feed():
         for _ in range(500):
@@ -431,7 +431,7 @@ def test_stop_closes_kept_alive_connections():
     """Prometheus keeps its scrape connection open; a stopped server must not go on answering
     on it (with a 15 s scrape interval under the 30 s idle timeout it would, forever)."""
     server = prom.start_metrics_server(
-        Settings(metrics_port=0), meter=False, aggregates=prom.GenerationAggregates()
+        Settings(metrics_port=0), meter=prom.NO_METER, aggregates=prom.GenerationAggregates()
     )
     assert server is not None
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)

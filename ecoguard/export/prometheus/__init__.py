@@ -22,37 +22,10 @@ grafana/prometheus/ecoguard-rules.yml. See docs/metrics.md.
 
 from __future__ import annotations
 
-from ecoguard.export.prometheus.aggregates import (
-    AggregateSnapshot,
-    GenerationAggregates,
-    GenerationTotals,
-    Histogram,
-    Reference,
-)
-from ecoguard.export.prometheus.collector import (
-    EcoguardCollector,
-    MeterSource,
-    MeterView,
-    SettingsSource,
-    config_labels,
-)
-from ecoguard.export.prometheus.facts import (
-    DEFAULT_MAX_MODELS,
-    OTHER,
-    UNKNOWN,
-    RecordFacts,
-    batching_saved_energy_j,
-)
-from ecoguard.export.prometheus.multiprocess import (
-    WorkerSink,
-    disable_worker_export,
-    enable_worker_export,
-    multiprocess_dir,
-)
+from ecoguard.export.prometheus.aggregates import GenerationAggregates
+from ecoguard.export.prometheus.collector import NO_METER, EcoguardCollector
+from ecoguard.export.prometheus.multiprocess import disable_worker_export, enable_worker_export
 from ecoguard.export.prometheus.server import (
-    DEFAULT_PORT,
-    LISTEN_BACKLOG,
-    MAX_DISCARDED_BODY_BYTES,
     MetricsServer,
     get_metrics_server,
     process_aggregates,
@@ -60,49 +33,18 @@ from ecoguard.export.prometheus.server import (
     start_metrics_server,
     stop_metrics_server,
 )
-from ecoguard.export.prometheus.spec import (
-    BATCH_SIZE_BUCKETS,
-    FINDING_LABELS,
-    GENERATION_LABELS,
-    GPU_LABELS,
-    METRICS,
-    REQUEST_ENERGY_BUCKETS_J,
-    MetricSpec,
-)
 from ecoguard.export.prometheus.text import render_text
 
+# The names other packages, tests and examples import from here; everything else is imported
+# from the module that defines it.
 __all__ = [
-    "BATCH_SIZE_BUCKETS",
-    "DEFAULT_MAX_MODELS",
-    "DEFAULT_PORT",
-    "FINDING_LABELS",
-    "GENERATION_LABELS",
-    "GPU_LABELS",
-    "LISTEN_BACKLOG",
-    "MAX_DISCARDED_BODY_BYTES",
-    "METRICS",
-    "OTHER",
-    "REQUEST_ENERGY_BUCKETS_J",
-    "UNKNOWN",
-    "AggregateSnapshot",
+    "NO_METER",
     "EcoguardCollector",
     "GenerationAggregates",
-    "GenerationTotals",
-    "Histogram",
-    "MeterSource",
-    "MeterView",
-    "MetricSpec",
     "MetricsServer",
-    "RecordFacts",
-    "Reference",
-    "SettingsSource",
-    "WorkerSink",
-    "batching_saved_energy_j",
-    "config_labels",
     "disable_worker_export",
     "enable_worker_export",
     "get_metrics_server",
-    "multiprocess_dir",
     "process_aggregates",
     "render_text",
     "serve_registry",

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ecoguard import __version__
 from ecoguard.config import Settings
 from ecoguard.energy import GpuState, get_meter
 from ecoguard.export.prometheus.aggregates import AggregateSnapshot, GenerationAggregates
@@ -35,6 +34,7 @@ from ecoguard.export.prometheus.spec import (
     SAMPLER_LAST_SAMPLE,
     SAMPLER_RATE,
     SAMPLER_SAMPLES,
+    config_values,
 )
 from ecoguard.faults import contained, fault_counts
 
@@ -48,9 +48,22 @@ class MeterView(Protocol):
     def stats(self) -> dict[str, Any]: ...
 
 
-# A meter; a zero-argument callable returning one (or None); None (the process' running meter
-# at each scrape); or False (no device metrics: multi-worker processes leave them to the sidecar).
-MeterSource = MeterView | Callable[[], MeterView | None] | Literal[False] | None
+class NullMeter:
+    """A meter with no devices: the collector serves no device or sampler families for it
+    (multi-worker processes leave those to the sidecar, which samples the GPUs once)."""
+
+    def gpu_states(self) -> Sequence[GpuState]:
+        return ()
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+
+NO_METER = NullMeter()
+
+# A meter (NO_METER: no device metrics); a zero-argument callable returning one (or None); or
+# None (the process' running meter at each scrape).
+MeterSource = MeterView | Callable[[], MeterView | None] | None
 SettingsSource = Settings | Callable[[], "Settings | None"] | None
 
 
@@ -59,8 +72,8 @@ class EcoguardCollector(Collector):
 
     ``aggregates``: the generation/finding totals (None: no generation metrics, as in the
     sidecar). ``meter``: a Meter, or a zero-argument callable returning the current one; the
-    default looks up ``ecoguard.energy.get_meter()`` at each scrape; ``False`` disables device
-    metrics (multi-worker processes leave them to the sidecar). ``settings``: the live Settings
+    default looks up ``ecoguard.energy.get_meter()`` at each scrape; :data:`NO_METER` serves no
+    device metrics (multi-worker processes leave them to the sidecar). ``settings``: the live Settings
     (or a callable), exposed as ``ecoguard_config_info``. ``clock``: epoch seconds, injected by
     tests. A failure in one part is counted as a fault (``metrics.collect``) and the rest of the
     scrape still answers.
@@ -91,8 +104,6 @@ class EcoguardCollector(Collector):
         source = self._meter
         if source is None:
             return get_meter()
-        if source is False:
-            return None
         if callable(source) and not isinstance(source, MeterView):
             return source()
         return source
@@ -117,7 +128,7 @@ class EcoguardCollector(Collector):
     # -- parts ----------------------------------------------------------------------------
     def _collect_devices(self) -> list[Metric]:
         meter = self._current_meter()
-        if meter is None:
+        if meter is None or isinstance(meter, NullMeter):
             return []
         families = gpu_families(meter.gpu_states())
         families.extend(self._sampler_health(meter.stats()))
@@ -165,7 +176,7 @@ class EcoguardCollector(Collector):
         settings = self._current_settings()
         if settings is not None:
             info = CONFIG_INFO.family()
-            info.add_metric([], config_labels(settings))
+            info.add_metric(config_values(settings), {})
             families.append(info)
         return families
 
@@ -233,29 +244,3 @@ def _with_zero_findings(
         for key in zero_finding_keys(settings):
             merged.setdefault(key, 0.0)
     return list(merged.items())
-
-
-def config_labels(settings: Settings) -> dict[str, str]:
-    """The settings as label values (Settings fields that matter to someone reading a graph)."""
-
-    def opt(value: object) -> str:
-        return "" if value is None else str(value)
-
-    return {
-        "version": __version__,
-        "mode": settings.mode,
-        "rules": ",".join(f"{rule}:{action}" for rule, action in sorted(settings.rules.items())),
-        "backend": settings.backend,
-        "simulated_gpu": settings.simulated_gpu,
-        "sample_hz": f"{settings.sample_hz:g}",
-        "measure": str(settings.measure).lower(),
-        "region": settings.region,
-        "price_usd_per_kwh": opt(settings.price_usd_per_kwh),
-        "grid_gco2_per_kwh": opt(settings.grid_gco2_per_kwh),
-        "pue": opt(settings.pue),
-        "monthly_requests": str(settings.monthly_requests),
-        "batching": str(settings.batching).lower(),
-        "max_batch_size": str(settings.max_batch_size),
-        "max_wait_ms": f"{settings.max_wait_ms:g}",
-        "ledger": "off" if settings.ledger_path is None else "on",
-    }

@@ -9,8 +9,9 @@ exposition, labels ``gpu``/``uuid`` as DCGM-exporter and ``model_name`` as vLLM.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -19,6 +20,9 @@ from prometheus_client.metrics_core import (
     InfoMetricFamily,
     Metric,
 )
+
+from ecoguard import __version__
+from ecoguard.config import Settings
 
 Kind = Literal["counter", "gauge", "histogram", "info"]
 # Where a family's values come from. ``gpu``/``sampler``: the meter, read at scrape time (the
@@ -217,8 +221,78 @@ INTERNAL_FAULTS = MetricSpec(
     "fault",
     ("stage",),
 )
+
+
+def _text(value: object) -> str:
+    return str(value)
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def _flag(value: bool) -> str:
+    return str(value).lower()
+
+
+def _optional(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _rules(rules: Mapping[str, str]) -> str:
+    return ",".join(f"{rule}:{action}" for rule, action in sorted(rules.items()))
+
+
+def _on_off(path: object) -> str:
+    return "off" if path is None else "on"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigLabel:
+    """One label of ``ecoguard_config_info``: its name and how its value is written from the
+    live Settings (the Settings fields that matter to someone reading a graph)."""
+
+    name: str
+    value: Callable[[Settings], str]
+
+
+def _field(name: str, write: Callable[[Any], str] = _text, *, label: str = "") -> ConfigLabel:
+    return ConfigLabel(label or name, lambda settings: write(getattr(settings, name)))
+
+
+# The one declaration of ecoguard_config_info's labels: CONFIG_INFO's label names and the values
+# the collector writes both come from it.
+CONFIG_LABELS: tuple[ConfigLabel, ...] = (
+    ConfigLabel("version", lambda _settings: __version__),
+    _field("mode"),
+    _field("rules", _rules),
+    _field("backend"),
+    _field("simulated_gpu"),
+    _field("sample_hz", _number),
+    _field("measure", _flag),
+    _field("region"),
+    _field("price_usd_per_kwh", _optional),
+    _field("grid_gco2_per_kwh", _optional),
+    _field("pue", _optional),
+    _field("monthly_requests"),
+    _field("batching", _flag),
+    _field("max_batch_size"),
+    _field("max_wait_ms", _number),
+    _field("ledger_path", _on_off, label="ledger"),
+)
+
+
+def config_values(settings: Settings) -> list[str]:
+    """The settings as ``ecoguard_config_info`` label values, in CONFIG_INFO's label order."""
+    return [label.value(settings) for label in CONFIG_LABELS]
+
+
 CONFIG_INFO = MetricSpec(
-    "ecoguard_config", "info", "The live ecoguard configuration of this process.", "config"
+    "ecoguard_config",
+    "info",
+    "The live ecoguard configuration of this process.",
+    "config",
+    tuple(label.name for label in CONFIG_LABELS),
 )
 
 # In exposition order.
