@@ -54,3 +54,15 @@ def test_the_no_rows_on_this_gpu_note_is_true_when_shown() -> None:
         for r in reference_rows()
     )
     assert all(e["precision"] in ("int8_mixed", "fp16") for e in int8["evidence"])
+
+
+def test_a_quoted_figure_is_one_piece_of_evidence_not_several() -> None:
+    """A row quoting another document's run (or repeating another file's row) is not shown as a
+    second row beside the run it quotes (one A800 Mistral-7B INT8 figure appeared 3 times)."""
+    rows = {r.id: r for r in reference_rows()}
+    extra, _text = _explained("Mistral-7B on T4 with load_in_8bit=True, I only get 5 tok/s")
+    shown = [e["id"] for item in extra["explained"] for e in item["evidence"]]
+    assert shown
+    assert not any(rows[i].quotes or rows[i].scope == "duplicate" for i in shown)
+    int8 = next(item for item in extra["explained"] if item["rule"] == "int8-mixed")
+    assert {rows[e["id"]].model_key for e in int8["evidence"]} == {"mistral-7b"}  # this model's

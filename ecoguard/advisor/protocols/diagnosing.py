@@ -253,8 +253,10 @@ def _explained(traps: list[Finding], dep: Deployment) -> tuple[list[dict[str, An
 
 
 def _trap_rows(finding: Finding, dep: Deployment) -> list[Any]:
-    """The reference rows behind ``finding`` for ``dep`` (see ``_explained``), in data order."""
-    by_id = row_lookup()
+    """The reference rows behind ``finding`` for ``dep`` (see ``_explained``), in data order.
+    A row that quotes another document's run, or repeats another file's row, is that run once:
+    it is not shown beside it as a second piece of evidence."""
+    by_id = {k: r for k, r in row_lookup().items() if not r.quotes and r.scope != "duplicate"}
     gpu = dep.gpu.profile
     spec = RULES.get(finding.rule)
     ruled = [
@@ -272,6 +274,7 @@ def _trap_rows(finding: Finding, dep: Deployment) -> list[Any]:
     # The first choice with a row of the trap itself (FP16 baselines alone show no trap).
     rows = next((c for c in choices if any(r.precision != "fp16" for r in c)), own)
     same = [r for r in rows if r.precision == dep.precision and r.precision != "fp16"]
+    same = [r for r in same if r.model_key == dep.model.id] or same  # this model's, if any
     if same:
         # ... beside the FP16 baselines of the same GPU, model and batch size.
         keys = {(r.gpu, r.model_id, r.batch_size) for r in same}
