@@ -416,7 +416,8 @@ def pasted_code(text: str) -> str | None:
     last = max(code.rfind(")"), code.rfind("]"))
     if last >= 0 and not code[last + 1 :].strip().startswith(("(", ".", "[")):
         code = code[: last + 1]
-    if re.fullmatch(_CONFIG_ONLY, code or ""):
+    prose = text.replace(code or "", " ")
+    if re.fullmatch(_CONFIG_ONLY, code or "") and re.search(_NAMES_A_MODEL, prose):
         return None  # a setup told in prose: its flags are read as the question's facts
     return code or None
 
@@ -424,6 +425,9 @@ def pasted_code(text: str) -> str | None:
 # A lone quantization config written inside a sentence ("BitsAndBytesConfig(load_in_4bit=True)
 # for Qwen2.5-0.5B, one prompt at a time"): prose about a setup, not code to audit.
 _CONFIG_ONLY = r"(?:BitsAndBytesConfig|TorchAoConfig)\([^()\n]{0,200}\)"
+# ... when the sentence names the model it is for (a size or a hub id): without one, the config
+# is audited as code (its flags' trap answered from the evidence).
+_NAMES_A_MODEL = r"\d(?:\.\d+)?[bBmM]\b|\w/[\w.-]"
 
 
 def source_paths(words: list[Word]) -> list[str]:

@@ -211,6 +211,16 @@ def test_a_setup_in_prose_finds_its_traps():
     assert answer.to_dict()["mood"] != "green"
 
 
+@pytest.mark.parametrize(
+    "question",
+    ["BitsAndBytesConfig(load_in_8bit=True)", "my code: BitsAndBytesConfig(load_in_8bit=True)"],
+)
+def test_a_lone_config_without_a_model_is_still_audited(question):
+    parsed = parse_question(question)
+    assert parsed.protocol == "audit" and parsed.code
+    assert "int8-mixed" in _rules(advise(question))  # the flag's trap, from its evidence
+
+
 def test_real_code_is_still_audited():
     parsed = parse_question(
         "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B', "
@@ -321,7 +331,9 @@ def test_a_cost_question_is_not_a_data_question():
 def test_the_answer_says_how_many_gpus_and_which_engine():
     from ecoguard.advisor.rendering import render
 
-    answer = advise("Mistral-7B with FP8 on two H100s served by vLLM, cost for 1M requests a month?")
+    answer = advise(
+        "Mistral-7B with FP8 on two H100s served by vLLM, cost for 1M requests a month?"
+    )
     text = render(answer, fmt="text")
     assert "2 x NVIDIA H100" in text and "served by: vllm" in text
     dep = answer.to_dict()["deployment"]
