@@ -12,7 +12,7 @@ size against a budget proportional to the file (``YAML_EXPANSION_PER_CHAR``), an
 variable's expansions likewise (``shell_lex.ShellEnv``).
 
 Each command found becomes a :class:`LaunchCommand`: its tokens, the 1-based line of each token
-and the engine configuration they amount to (``ecoguard.engines.engine_args``).
+and the engine configuration they amount to (``ecoguard.engines.command_line``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ecoguard.engines.engine_args import EngineConfig, parse_command
+from ecoguard.engines.command_line import EngineConfig, parse_command
 from ecoguard.engines.shell_lex import ShellEnv, ShellLexer, Word, shell_commands
 
 # Images whose entrypoint is an engine: arguments given to them (``docker run IMAGE --model x``,
@@ -362,6 +362,10 @@ def _yaml(text: str) -> list[LaunchCommand]:
     return found
 
 
+# Compose's interpolation with a default: ${VAR:-default} and ${VAR-default}.
+_COMPOSE_DEFAULT = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?-([^}]*)\}")
+
+
 class _YamlBudget:
     """Characters of argument text still to read. Aliases share nodes, so one anchored list
     used by thousands of services is read once per use: counted at its expanded size, the
@@ -432,8 +436,9 @@ def _container(
     if repeat in repeats:
         return []
     repeats.add(repeat)
-    entry_words = _yaml_words(entry, budget) if entry is not None else None
-    arg_words = _yaml_words(arguments, budget) if arguments is not None else []
+    compose = not kubernetes  # compose fills ${VAR:-default} in every value; Kubernetes not
+    entry_words = _yaml_words(entry, budget, compose) if entry is not None else None
+    arg_words = _yaml_words(arguments, budget, compose) if arguments is not None else []
     if entry_words is None:
         image = _scalar_text(keys.get("image"))
         implied = implied_entrypoint(image) if image else None
@@ -455,9 +460,11 @@ def _scalar_text(node) -> str | None:
     return None
 
 
-def _yaml_words(node, budget: _YamlBudget) -> list[Word]:
+def _yaml_words(node, budget: _YamlBudget, compose: bool = False) -> list[Word]:
     """A YAML value as argv words: a list of scalars, each on its own line; a string is split
-    as a shell would (compose does the same). Anything else (a mapping) gives no words."""
+    as a shell would (compose does the same). Anything else (a mapping) gives no words.
+    ``compose``: a list item's ``${VAR:-default}`` stands for its default, as compose fills it
+    in when the variable is not set."""
     import yaml
 
     if isinstance(node, yaml.SequenceNode):
@@ -468,7 +475,7 @@ def _yaml_words(node, budget: _YamlBudget) -> list[Word]:
             if text is not None:
                 budget.take(len(text))
                 line = item.start_mark.line + 1 + (1 if item.style in ("|", ">") else 0)
-                words.append((text, line))
+                words.append((_COMPOSE_DEFAULT.sub(r"\1", text) if compose else text, line))
         return words
     text = _scalar_text(node)
     if text is None:

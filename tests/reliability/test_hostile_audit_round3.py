@@ -407,3 +407,20 @@ def test_kv_cache_note_names_the_files_own_object():
     )
     (note,) = audit_source(source).notes
     assert note.fix.startswith("llm.config.use_cache = True")
+
+
+def test_compose_defaults_name_the_model_in_lists_and_strings():
+    text = (
+        "services:\n"
+        "  a:\n"
+        "    image: vllm/vllm-openai:v0.9\n"
+        '    command: ["--model", "${MODEL:-Qwen/Qwen2.5-0.5B-Instruct-AWQ}", "--quantization", "awq"]\n'
+        "  b:\n"
+        "    image: vllm/vllm-openai:v0.9\n"
+        "    command: --model ${M2-Qwen/Qwen2.5-0.5B-Instruct-AWQ} --quantization awq\n"
+    )
+    result = audit_launch_text(text, "compose.yaml", GpuSpec())
+    assert [(f.location.line, f.rule) for f in result.findings] == [
+        (4, "small-model-quant"),
+        (7, "small-model-quant"),
+    ]
