@@ -25,6 +25,7 @@ from ecoguard.advisor.question import (
     DEFAULT_GPU,
     DEFAULT_PRECISION,
     DEFAULT_PROMPT_TOKENS,
+    DEFAULT_REGION,
     DEFAULT_REGION_ZH,
     Default,
     Question,
@@ -173,7 +174,8 @@ def served_as_stated(
 def settings_for(
     question: Question | None, base: Settings | None = None
 ) -> tuple[Settings, list[Default]]:
-    """Settings for the question: its region (a Chinese question defaults to China), a local
+    """Settings for the question: its region (listed as a default when neither the question
+    nor the configuration names one: the US, or China for a question in Chinese), a local
     machine's PUE (1.0: no data-centre overhead) and a USD electricity price."""
     settings = base or Settings()
     defaults: list[Default] = []
@@ -182,9 +184,10 @@ def settings_for(
     changes: dict[str, Any] = {}
     if question.region:
         changes["region"] = question.region
-    elif question.language == "zh" and settings.region == "us":
-        changes["region"] = DEFAULT_REGION_ZH
-        defaults.append(Default.of("region", DEFAULT_REGION_ZH))
+    elif settings.region == DEFAULT_REGION:  # not stated, nor configured otherwise: listed
+        region = DEFAULT_REGION_ZH if question.language == "zh" else DEFAULT_REGION
+        changes["region"] = region
+        defaults.append(Default.of("region", region))
     if question.local and settings.pue is None:
         changes["pue"] = LOCAL_PUE
     if question.price_per_kwh is not None:

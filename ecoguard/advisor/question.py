@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_GPU",
     "DEFAULT_PRECISION",
     "DEFAULT_PROMPT_TOKENS",
+    "DEFAULT_REGION",
     "FLAG_PROTOCOLS",
     "Default",
     "Question",
@@ -35,7 +36,9 @@ __all__ = [
 DEFAULT_GPU = "rtx4090d"
 DEFAULT_PRECISION = "fp16"
 DEFAULT_BATCH_SIZE = 1
-# A question in Chinese is priced on China's grid unless it names a region.
+# The grid a question is priced on when it names none (and ECOGUARD_REGION does not either):
+# the US, China for a question in Chinese.
+DEFAULT_REGION = "us"
 DEFAULT_REGION_ZH = "china"
 
 # The protocols a flags door (CLI command, MCP tool) asks for; audit has its own doors.
@@ -87,7 +90,7 @@ HOW_TO_STATE: dict[str, Text] = {
         "或用 --use chat|api|batch",
     ),
     "region": Text(
-        "say 'in the US' (or another region) to change it",
+        "name a region, e.g. 'in the EU', 'in China', 'in the US', or --region eu",
         "在问题里写上地区（如“在美国”）即可更改",
     ),
     "requests_per_month": Text(

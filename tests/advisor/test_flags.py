@@ -74,3 +74,20 @@ def test_cli_region_and_every_observed_flag_reach_the_answer(capsys) -> None:
     lib = answer(flags, Settings.from_env())
     assert cli == json.loads(json.dumps(lib.to_dict(), default=str))
     assert cli["settings"]["region"] == "china"
+
+
+def test_the_region_is_a_listed_default_in_every_door_and_language() -> None:
+    """Issue 28: the region the figures are priced on is listed with how to change it, in
+    English too (it was listed only for a question in Chinese)."""
+
+    def region_default(question: Question, settings: Settings | None = None) -> object:
+        listed = {d.field: d.value for d in answer(question, settings).defaults}
+        return listed.get("region")
+
+    assert region_default(Question.from_flags("optimize", model="7B", gpu="a800")) == "us"
+    zh = Question.from_flags("optimize", model="7B", gpu="a800", language="zh")
+    assert region_default(zh) == "china"
+    named = Question.from_flags("optimize", model="7B", gpu="a800", region="eu")
+    assert region_default(named) is None
+    configured = Settings(region="eu")  # ECOGUARD_REGION: the configuration names it
+    assert region_default(Question.from_flags("optimize", model="7B"), configured) is None
