@@ -120,7 +120,6 @@ class Question:
     gpu_count: int | None = None  # GPUs the model is spread over ("4x A100", "tp=4", "两张")
     tensor_parallel: bool = False
     engine: str | None = None  # serving engine: vllm, tgi, sglang, tensorrt_llm, llamacpp
-    compute_dtype: str | None = None  # "bf16" beside load_in_4bit=True
     accuracy_critical: bool = False  # output quality comes first: no lossy quantization
     precision: str | None = None  # canonical, the current/asked-about one
     precisions: tuple[str, ...] = ()  # every precision mentioned, in order
