@@ -15,7 +15,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import GpuSpec
 from ecoguard.energy import get_meter, stop_meter
 from ecoguard.engines import vllm_plugin
-from ecoguard.engines.engine_args import EngineConfig
+from ecoguard.engines.command_line import EngineConfig
 from ecoguard.engines.vllm_plugin import apply_fixes, judge_engine, model_label
 from ecoguard.guard.install import uninstall
 
