@@ -11,7 +11,8 @@ mkdir -p "$out"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "python: $($py -c 'import sys; print(sys.version.split()[0])')"
-  echo "cpus: $(nproc); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # getconf, not nproc: nproc reports OMP_NUM_THREADS when it is set, not the machine's cores.
+  echo "cpus: $(getconf _NPROCESSORS_ONLN); OMP_NUM_THREADS: ${OMP_NUM_THREADS:-unset}; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "torch: $($py -c 'import torch; print(torch.__version__)' 2>/dev/null)"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null)"
 } > "$out/machine.txt"
