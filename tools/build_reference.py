@@ -10,7 +10,8 @@ vendored copies of exactly the upstream files read here, with their provenance a
 ``data/upstream/PROVENANCE.md``); ``--out`` defaults to the repository's ``data/``. The script writes
 ``reference_rows.json`` (one row per measured or reported configuration) and ``README.md``
 (schema, units, counts, attribution, known disagreements). The hand-maintained knowledge tables
-(``gpus.json``, ``models.json``, ``regions.json``, ``equivalents.json``) are not touched.
+(``gpus.json``, ``models.json``, ``regions.json``, ``equivalents.json``, ``gpu_cards.json``)
+are not touched.
 
 The output is deterministic: rows sorted by id, ids built from the configuration and source,
 floats rounded to a fixed number of decimals, no timestamps. A test rebuilds into a temporary

@@ -176,17 +176,35 @@ def clear_local_rows() -> None:
         _local_version += 1
 
 
-@cache
-def gpu_profiles() -> dict[str, GpuProfile]:
-    """GPU profiles keyed by profile key (``a800``, ``rtx5090``, ...)."""
+def _profiles(entries: list[dict]) -> dict[str, GpuProfile]:
     out = {}
-    for entry in load_data("gpus.json")["gpus"]:
+    for entry in entries:
         entry = dict(entry)
         entry["compute_capability"] = tuple(entry["compute_capability"])
         entry["nvml_names"] = tuple(entry["nvml_names"])
         entry["nicknames"] = tuple(entry.get("nicknames", ()))
         out[entry["key"]] = GpuProfile(**entry)
     return out
+
+
+@cache
+def gpu_profiles() -> dict[str, GpuProfile]:
+    """GPU profiles keyed by profile key (``a800``, ``rtx5090``, ...)."""
+    return _profiles(load_data("gpus.json")["gpus"])
+
+
+@cache
+def spec_sheet_cards() -> dict[str, GpuProfile]:
+    """NVIDIA cards outside the GPU profiles, from their vendor specification sheets
+    (``gpu_cards.json``; no measured idle power), keyed by folded name (``4080super``)."""
+    return _profiles(load_data("gpu_cards.json")["cards"])
+
+
+@cache
+def accelerator_vendors() -> tuple[dict, ...]:
+    """Accelerator families with no reference row (``gpu_cards.json``): key, name, the tool that
+    reads their power (``{en, zh}``), and the words that name them (``tokens``, ``substrings``)."""
+    return tuple(load_data("gpu_cards.json")["vendors"])
 
 
 def _fold(text: str) -> str:

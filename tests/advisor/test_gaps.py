@@ -282,3 +282,14 @@ def test_chinese_gray_answers_are_chinese() -> None:
     assert "every reference row" not in text
     text = _text("Qwen2.5-7B 在 A800 上，批大小 128，多少钱")
     assert "参考数据最大只到 64" in text
+
+
+def test_spec_sheet_cards_are_data_outside_the_gpu_profiles() -> None:
+    from ecoguard.knowledge.tables import gpu_profiles, spec_sheet_cards
+
+    cards = spec_sheet_cards()
+    assert len(cards) >= 30 and not set(cards) & set(gpu_profiles())
+    for key, card in cards.items():
+        assert card.source == "vendor specification sheet" and card.idle_w is None, key
+        assert card.bf16 == (card.compute_capability >= (8, 0)), key
+        assert card.fp8 == (card.compute_capability >= (8, 9)), key
