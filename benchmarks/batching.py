@@ -43,6 +43,7 @@ def main() -> int:
     import transformers
 
     from ecoguard.batching import (
+        BATCH_ROWS,
         batching_stats,
         close_all,
         coalescing_generate,
@@ -89,11 +90,20 @@ def main() -> int:
                 )
                 start = time.perf_counter()
                 window = meter.begin(devices=None, info=info)
-                out = coalescing_generate(model.generate, model, (ids,), dict(gen_kwargs), settings)
+                # As the guard does: the rows of the batch the GPU ran (None when not coalesced)
+                # go to meter.end, whose simulated GPU charges each call the time of that batch.
+                rows = BATCH_ROWS.set(None)
+                try:
+                    out = coalescing_generate(
+                        model.generate, model, (ids,), dict(gen_kwargs), settings
+                    )
+                    achieved = BATCH_ROWS.get()
+                finally:
+                    BATCH_ROWS.reset(rows)
                 tokens = count_generated(
                     out, prompt_length=int(ids.shape[1]), eos_token_id=2, pad_token_id=0
                 )
-                record = meter.end(window, tokens=tokens, requests=1)
+                record = meter.end(window, tokens=tokens, requests=1, batch_size=achieved)
                 elapsed = time.perf_counter() - start
                 with lock:
                     outputs[i] = out
