@@ -55,5 +55,5 @@ def _require_sdk() -> None:
     except ImportError as exc:
         raise UsageError(
             f"the MCP server needs the `mcp` extra ({exc}); install it with "
-            "`pip install 'ecoguard[mcp]'`"
+            "`pip install -e '.[mcp]'` from the ecoguard clone (or `pip install 'mcp>=2,<3'`)"
         ) from None

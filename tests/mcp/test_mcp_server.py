@@ -518,7 +518,7 @@ def test_without_the_sdk_the_command_names_the_extra():
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
-    assert "pip install 'ecoguard[mcp]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "pip install -e '.[mcp]'" in proc.stderr and "Traceback" not in proc.stderr
 
 
 async def test_an_internal_failure_is_a_tool_error_naming_it(monkeypatch):
