@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ecoguard.advisor.layout import fmt, heading, make_table, tier_label
-from ecoguard.advisor.texts import TRAPS_ZH
+from ecoguard.advisor.texts import trap_text
 from ecoguard.findings import Mood
+from ecoguard.rules.table import ROWS
 
 if TYPE_CHECKING:
     from ecoguard.advisor.answer import Answer
@@ -61,9 +62,7 @@ def _explained_lines(
     """A matching trap: why (in the answer's language) and its evidence rows, those of the
     question's GPU first, each with its change vs FP16."""
     out: list[str] = []
-    why = item.get("why")
-    if answer.language == "zh" and item.get("rule") in TRAPS_ZH:
-        why = TRAPS_ZH[item["rule"]][1]
+    why = trap_text(item.get("rule"), answer.language, "", item.get("why"), "")[1]
     if why:
         out.append(f"{item['rule']}{labels['colon']}{why}")
     gpu = answer.result.deployment.gpu.profile if answer.result.deployment else None
@@ -103,9 +102,6 @@ def _explained_lines(
     return out
 
 
-_FIXED_PRECISION = {"int8-mixed": "int8_pure", "small-model-quant": "fp16", "fp8-eager": "bf16"}
-
-
 def _verify_steps(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     """How to check that the fix worked: measure before and after, same workload."""
     result = answer.result
@@ -116,7 +112,7 @@ def _verify_steps(answer: Answer, labels: dict[str, str], markdown: bool) -> lis
     dep = result.deployment
     model = dep.model.id if dep is not None and dep.model.id else "MODEL"
     current = dep.precision if dep is not None and dep.precision else "CURRENT"
-    fixed = _FIXED_PRECISION.get(rule, "fp16")
+    fixed = ROWS[rule].fixed_precision if rule in ROWS else "fp16"
     prompt = dep.prompt_tokens if dep is not None and dep.prompt_tokens else 512
     gen = dep.generation_tokens if dep is not None and dep.generation_tokens else 256
     bench = (

@@ -42,6 +42,14 @@ class RuleRow:
     # The moods this rule's findings can carry: lets the exporter create each counter series at
     # 0 before the first firing, so Prometheus' increase() sees that firing too.
     moods: tuple[Mood, ...] = ()
+    # The precisions whose trap this rule is, whatever the model (a question about int8 in
+    # general is told about int8-mixed), and the precision its fix is measured against.
+    known_for: tuple[str, ...] = ()
+    fixed_precision: str = "fp16"
+    # A Chinese answer's wording: title, what happens, fix summary (the fix code stays as written).
+    title_zh: str = ""
+    message_zh: str = ""
+    fix_summary_zh: str = ""
 
     def finding(
         self,
@@ -77,6 +85,14 @@ def _precision_in(*names: str) -> Callable[[Any], bool]:
 _ROWS: tuple[RuleRow, ...] = (
     RuleRow(
         id="int8-mixed",
+        known_for=("int8_mixed",),
+        fixed_precision="int8_pure",
+        title_zh="bitsandbytes 默认 INT8（混合精度分解）",
+        message_zh=(
+            "bitsandbytes 8 位量化默认 llm_int8_threshold=6.0：每次矩阵乘法都拆成 FP16 离群值部分和 INT8 部分，"
+            "反复在两种精度之间转换，结果比 FP16 更慢、更耗电。"
+        ),
+        fix_summary_zh="设置 llm_int8_threshold=0.0（纯 INT8，输出会略有变化），或直接用 FP16",
         moods=(Mood.ORANGE,),
         title="INT8 mixed-precision trap",
         summary="bitsandbytes load_in_8bit without llm_int8_threshold=0.0",
@@ -93,6 +109,14 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="small-model-quant",
+        known_for=("nf4", "nf4_dq", "int8_pure"),
+        title_zh="小模型量化反而更耗电",
+        message_zh=(
+            "量化省下的是显存带宽，但每个 token 都要额外反量化；模型越小，"
+            "权重本来就读得快，反量化的开销占主导，量化后比 FP16 更耗电。"
+            "交叉点大小取决于 GPU 架构。"
+        ),
+        fix_summary_zh="小于交叉点的模型用 FP16/BF16；显存不够再考虑量化",
         moods=(Mood.ORANGE,),
         title="Small-model quantization penalty",
         summary="4-bit or 8-bit weights on a model below the architecture's crossover size",
@@ -112,6 +136,14 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="fp8-eager",
+        known_for=("fp8_weight_only", "fp8_dynamic"),
+        fixed_precision="bf16",
+        title_zh="torchao FP8 在 eager 模式下",
+        message_zh=(
+            "torchao 的 FP8 在没有 torch.compile 的 eager 模式下，每层都要单独做类型转换和缩放，"
+            "实测比 FP16 更耗电很多。"
+        ),
+        fix_summary_zh="改回 BF16/FP16；若要用 FP8，先加 torch.compile 并用 `ecoguard bench` 实测",
         moods=(Mood.RED,),
         title="FP8 eager-mode penalty",
         summary="torchao float8 quantization on a model that is not torch.compile'd",
@@ -126,6 +158,9 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="nightly-build",
+        title_zh="Nightly/开发版",
+        message_zh="开发版可能缺少参考数据测量时使用的编译内核，能耗未经验证。",
+        fix_summary_zh="安装 PyPI 上的稳定版",
         moods=(Mood.GRAY,),
         title="Nightly/dev build",
         summary="a dev or nightly torch/torchao build",
@@ -138,6 +173,11 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="batch-size-one",
+        title_zh="批大小为 1 的服务",
+        message_zh=(
+            "每次只处理一个请求：每生成一个 token 都要把全部权重读一遍，而批处理可以让多个请求分摊这次读取。"
+        ),
+        fix_summary_zh="合并并发请求（ecoguard.install(batching=True)）或每次调用传入多个提示词",
         moods=(Mood.YELLOW,),
         title="Batch-size-one serving",
         summary=f"{BS1_SUSTAINED_CALLS}+ consecutive generate calls at batch size 1 (not interactive)",
@@ -153,6 +193,9 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="bf16-unsupported",
+        title_zh="GPU 不支持 BF16",
+        message_zh="Ampere 之前的 GPU 没有 BF16 张量核心，BF16 矩阵乘法被模拟，又慢又耗电。",
+        fix_summary_zh="在这块 GPU 上改用 FP16",
         moods=(Mood.ORANGE,),
         title="bf16 on a pre-Ampere GPU",
         summary="bf16 weights or compute dtype on a GPU older than Ampere (sm_80)",
@@ -165,6 +208,11 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="vram-overflow",
+        title_zh="显存不足",
+        message_zh=(
+            "权重加 KV 缓存超过了显存：模型会被卸载到 CPU 或直接报错，能耗和延迟都会大幅上升。"
+        ),
+        fix_summary_zh="换更大的 GPU、缩短上下文或减小批大小，或在确有必要时量化",
         moods=(Mood.RED,),
         title="VRAM overflow",
         summary="weights + KV cache + runtime overhead (the estimator's VRAM need) exceed the GPUs' memory",
@@ -179,6 +227,9 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="reference-deviation",
+        title_zh="能耗偏离参考值",
+        message_zh="实测每 token 能耗与同配置的参考数据相差很大。",
+        fix_summary_zh="检查功耗上限、频率、温度和 GPU 上的其他任务，然后用 `ecoguard bench` 实测",
         moods=(Mood.YELLOW, Mood.ORANGE, Mood.GRAY),
         title="Energy far from the reference",
         summary="live J/token far from the reference for the same configuration",

@@ -11,11 +11,11 @@ from ecoguard.advisor import protocols
 from ecoguard.advisor.answers import Answer, advise, answer, build_deployment
 from ecoguard.advisor.question import Question
 from ecoguard.advisor.rendering import render
-from ecoguard.advisor.texts import TRAPS_ZH
 from ecoguard.advisor.uncertainty import quantization_holds
 from ecoguard.config import Settings
 from ecoguard.findings import Finding, Impact, Mood
 from ecoguard.knowledge import regions
+from ecoguard.rules.table import ROWS
 
 
 def _text(question: str, fmt: str = "text") -> str:
@@ -101,7 +101,7 @@ def _fields(finding: Finding) -> dict:
 
 def test_chinese_answers_translate_trap_texts_and_fixes() -> None:
     text = _text("我的服务用了load_in_8bit=True，电费很高，怎么办？")
-    what, fix = TRAPS_ZH["int8-mixed"][1], TRAPS_ZH["int8-mixed"][2]
+    what, fix = ROWS["int8-mixed"].message_zh, ROWS["int8-mixed"].fix_summary_zh
     assert what in text and fix in text
     assert "splits every matmul" not in text and "With the default threshold" not in text
     assert "请补充模型" in text  # asks, in Chinese, for what prices it

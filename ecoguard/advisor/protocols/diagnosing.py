@@ -367,19 +367,9 @@ def _crossovers(traps: list[Finding], dep: Deployment) -> list[dict[str, Any]]:
     return out
 
 
-_GENERAL_RULE = {
-    "nf4": "small-model-quant",
-    "nf4_dq": "small-model-quant",
-    "int8_mixed": "int8-mixed",
-    "int8_pure": "small-model-quant",
-    "fp8_weight_only": "fp8-eager",
-    "fp8_dynamic": "fp8-eager",
-}
-
-
 def general_trap_rule(precision: str | None) -> str | None:
     """The trap a precision is known for whatever the model (``int8_mixed`` -> ``int8-mixed``)."""
-    return _GENERAL_RULE.get(precision or "")
+    return next((spec.id for spec in RULES.values() if precision in spec.known_for), None)
 
 
 def general_traps(precision: str | None) -> list[Finding]:
@@ -390,7 +380,7 @@ def general_traps(precision: str | None) -> list[Finding]:
     return [
         Finding(
             rule=spec.id,
-            mood=Mood.RED if spec.id == "fp8-eager" else Mood.ORANGE,
+            mood=spec.moods[0],
             title=spec.title,
             message=spec.summary,
             fix=spec.fix,
