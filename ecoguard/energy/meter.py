@@ -68,7 +68,9 @@ class GenerationRecord:
     ``energy_j`` is the call's share of its GPUs' energy, idle power included (``idle_power_w`` says
     how much of the draw was idle). ``tier`` is ``live`` (a real driver) or ``simulated``.
     ``reference_j_per_token`` is what the reference data expects for the same configuration, with
-    its own tier (``measured``, ``derived``... or ``none``)."""
+    its own tier (``measured``, ``derived``... or ``none``). ``batching_saved_j``: for a call that
+    ecoguard's batching coalesced (``batch_size`` above its own ``requests``), the energy running
+    its requests alone would have cost more (tier ``derived``, from the batch sweep); else None."""
 
     start_monotonic: float
     end_monotonic: float
@@ -95,6 +97,7 @@ class GenerationRecord:
     idle_power_w: float | None = None
     complete: bool = True  # False when a GPU stopped answering during the call
     error: str | None = None  # the exception type, when the call raised
+    batching_saved_j: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -383,6 +386,8 @@ class Meter:
                 tuple(t.info.uuid for t in tracks),
             )
         tokens = max(0, int(tokens))
+        requests = max(0, int(requests))
+        batch_size = batch_size or info.batch_size
         reference, reference_tier = self._reference_cache.lookup(info, started, tracks)
         return GenerationRecord(
             start_monotonic=window.start_monotonic,
@@ -391,8 +396,8 @@ class Meter:
             duration_s=max(0.0, end_monotonic - window.start_monotonic),
             energy_j=energy_j,
             tokens=tokens,
-            requests=max(0, int(requests)),
-            batch_size=batch_size or info.batch_size,
+            requests=requests,
+            batch_size=batch_size,
             prompt_tokens=info.prompt_tokens,
             model_name=info.model_name,
             precision=info.precision,
@@ -410,6 +415,7 @@ class Meter:
             idle_power_w=idle_power_w,
             complete=complete,
             error=type(error).__name__ if error is not None else None,
+            batching_saved_j=self._reference_cache.batching_saved_j(energy_j, requests, batch_size),
         )
 
     # ----------------------------------------------------------------- reading

@@ -30,11 +30,14 @@ def length_bucket(tokens: int) -> int:
 
 
 class ReferenceCache:
-    """Reference J/token per call (:meth:`lookup`), estimated once per configuration."""
+    """Reference J/token per call (:meth:`lookup`), estimated once per configuration; and the
+    energy a coalesced call saved (:meth:`batching_saved_j`), its ratio read once per batch."""
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
         self._by_config: dict[Any, Reference] = {}
+        # (batch the GPU ran, the call's own requests) -> J/token ratio alone vs batched
+        self._saving_ratios: dict[tuple[int, int], float | None] = {}
         # (id of the call's deployment, the call's facts, its devices) -> (that deployment, ref)
         self._by_call: dict[tuple[Any, ...], tuple[Any, Reference]] = {}
         self._lock = threading.Lock()
@@ -43,6 +46,7 @@ class ReferenceCache:
         with self._lock:
             self._by_config.clear()
             self._by_call.clear()
+            self._saving_ratios.clear()
 
     def rearm_in_child(self) -> None:
         """In a forked child: a fresh lock (a parent thread may have held it at the fork)."""
@@ -70,6 +74,35 @@ class ReferenceCache:
                 self._by_call.clear()
             self._by_call[call_key] = (deployment, result)
         return result
+
+    def batching_saved_j(
+        self, energy_j: float, requests: int, batch_size: int | None
+    ) -> float | None:
+        """Estimated energy (J) a coalesced call saved against running its requests alone.
+
+        A call whose ``batch_size`` (the batch the GPU ran) exceeds its own ``requests`` was
+        coalesced by ecoguard's batching. Run alone, its tokens would have cost more per token by
+        the ratio the measured A800 batch sweep gives between the two batch sizes (tier
+        ``derived``, :func:`ecoguard.knowledge.estimator.batch_energy_ratio`); the saving is the
+        difference. None for a call that was not coalesced, or without the sweep rows."""
+        if not energy_j > 0.0 or requests <= 0 or not batch_size or batch_size <= requests:
+            return None  # `not > 0.0` is also true for NaN
+        key = (int(batch_size), int(requests))
+        if key in self._saving_ratios:
+            ratio = self._saving_ratios[key]
+        else:
+            try:
+                ratio = knowledge_estimator.batch_energy_ratio(key[0], key[1])[0]
+            except Exception as exc:  # no sweep rows: no estimate, never a failed record
+                record_fault("meter.batching_saved", exc)
+                ratio = None
+            with self._lock:
+                if len(self._saving_ratios) > MAX_ENTRIES:
+                    self._saving_ratios.clear()
+                self._saving_ratios[key] = ratio
+        if ratio is None or ratio <= 1.0:
+            return None
+        return energy_j * (ratio - 1.0)
 
     def _for_config(self, deployment: Deployment) -> Reference:
         key: Any = deployment

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from ecoguard.printable import valid_utf8
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # PRAGMA application_id of an ecoguard ledger: SQLite's own file-format marker ("ECOG").
 APPLICATION_ID = 0x45434F47
 # The schema objects of every ledger version (a ledger from before the marker holds only these).
@@ -60,6 +60,7 @@ COLUMNS: tuple[str, ...] = (
     "idle_power_w",
     "complete",
     "error",
+    "batching_saved_j",
 )
 _JSON_COLUMNS = frozenset({"gpu_names", "gpu_indices", "gpu_uuids"})
 
@@ -98,6 +99,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
         f"PRAGMA application_id = {APPLICATION_ID}",
     ),
+    # The energy a call coalesced by ecoguard's batching saved (GenerationRecord.batching_saved_j);
+    # rows written before it read NULL (not estimated).
+    1: ("ALTER TABLE generations ADD COLUMN batching_saved_j REAL",),
 }
 
 
@@ -228,6 +232,12 @@ def connect(
         except BaseException:
             conn.close()
             raise
+
+
+def has_column(conn: sqlite3.Connection, name: str) -> bool:
+    """True when ``generations`` has column ``name`` (a ledger opened read-only is never
+    migrated: an older one lacks the later columns)."""
+    return any(row[1] == name for row in conn.execute("PRAGMA table_info(generations)"))
 
 
 def migrate(conn: sqlite3.Connection) -> int:

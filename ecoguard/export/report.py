@@ -24,6 +24,7 @@ from typing import Any
 
 from ecoguard.errors import UsageError
 from ecoguard.export.ledger import connect
+from ecoguard.export.ledger_db import has_column
 from ecoguard.printable import shown, valid_utf8
 
 GROUPINGS: tuple[str, ...] = ("model", "day", "gpu")
@@ -138,15 +139,17 @@ _AGGREGATES = f"""COUNT(*),
         THEN hex(reference_tier) END),
     group_concat(DISTINCT CASE WHEN tier <> '' THEN hex(tier) END),
     COUNT(CASE WHEN complete = 0 THEN 1 END),
+    COUNT(saved), TOTAL(saved),
     MIN(timestamp)"""
 
 
-def _rows_sql(by: str | None, where: str) -> str:
-    """The ledger's rows (with their grouping key ``k``) in the order read_rows gives them."""
+def _rows_sql(by: str | None, where: str, saved: str) -> str:
+    """The ledger's rows (with their grouping key ``k``) in the order read_rows gives them.
+    ``saved``: the batching-saving column, or NULL for a ledger from before it."""
     key = "NULL" if by is None else _KEY_SQL[by]
     return (
         f"SELECT {key} AS k, timestamp, energy_j, tokens, requests, cost_usd, co2_g, "
-        f"reference_j_per_token AS ref, reference_tier, tier, complete "
+        f"reference_j_per_token AS ref, reference_tier, tier, complete, {saved} AS saved "
         f"FROM generations{where} ORDER BY timestamp"
     )
 
@@ -156,15 +159,19 @@ def _aggregate(
 ) -> tuple[list[tuple[str, dict[str, Any], float]], dict[str, Any]]:
     """(key, summary, first timestamp) per group, in key order, and the total's summary."""
     where, params = ("", ()) if since is None else (" WHERE timestamp >= ?", (since,))
+    saved = "batching_saved_j" if has_column(conn, "batching_saved_j") else "NULL"
     # An aggregate over an ORDER BY subquery: SQLite keeps the order (it is not flattened), so
     # each sum adds the rows oldest first, as _summary does over read_rows.
     groups = [
         (row[0], _summary_of(row[1:-1]), row[-1])
         for row in conn.execute(
-            f"SELECT k, {_AGGREGATES} FROM ({_rows_sql(by, where)}) GROUP BY k ORDER BY k", params
+            f"SELECT k, {_AGGREGATES} FROM ({_rows_sql(by, where, saved)}) GROUP BY k ORDER BY k",
+            params,
         )
     ]
-    total = conn.execute(f"SELECT {_AGGREGATES} FROM ({_rows_sql(None, where)})", params).fetchone()
+    total = conn.execute(
+        f"SELECT {_AGGREGATES} FROM ({_rows_sql(None, where, saved)})", params
+    ).fetchone()
     return groups, _summary_of(total[:-1])
 
 
@@ -191,6 +198,8 @@ def _summary_of(values: tuple[Any, ...]) -> dict[str, Any]:
         reference_tiers,
         tiers,
         incomplete,
+        saved_count,
+        saved_j,
     ) = values
     if not calls:
         return _summary([])
@@ -208,6 +217,7 @@ def _summary_of(values: tuple[Any, ...]) -> dict[str, Any]:
         "reference_tiers": _tiers(reference_tiers),
         "tiers": _tiers(tiers),
         "incomplete_calls": incomplete,
+        "batching_saved_j": saved_j if saved_count else None,
     }
 
 
@@ -295,6 +305,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     )
     costs = [r["cost_usd"] for r in rows if r.get("cost_usd") is not None]
     co2 = [r["co2_g"] for r in rows if r.get("co2_g") is not None]
+    saved = [r["batching_saved_j"] for r in rows if r.get("batching_saved_j") is not None]
     return {
         "requests": sum(r.get("requests") or 0 for r in rows),
         "calls": len(rows),
@@ -311,6 +322,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         ),
         "tiers": sorted({r["tier"] for r in rows if r.get("tier")}),
         "incomplete_calls": sum(1 for r in rows if r.get("complete") == 0),
+        "batching_saved_j": sum(saved) if saved else None,
     }
 
 
@@ -357,6 +369,12 @@ def render_text(report: dict[str, Any], *, width: int = 80) -> str:
     if report["total"]["incomplete_calls"]:
         lines.append(
             f"{report['total']['incomplete_calls']} call(s) lost a GPU mid-way: their energy is a lower bound"
+        )
+    saved_j = report["total"].get("batching_saved_j")
+    if saved_j:
+        lines.append(
+            f"batching saved an estimated {saved_j / JOULES_PER_KWH:.6f} kWh against running "
+            "coalesced requests alone (derived: A800 batch sweep)"
         )
     lines += ["", "energy per group (kWh)"]
     peak = max((g["energy_kwh"] or 0.0) for g in report["groups"]) or 1.0

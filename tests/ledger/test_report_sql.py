@@ -63,6 +63,7 @@ def _old_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     )
     costs = [r["cost_usd"] for r in rows if r.get("cost_usd") is not None]
     co2 = [r["co2_g"] for r in rows if r.get("co2_g") is not None]
+    saved = [r["batching_saved_j"] for r in rows if r.get("batching_saved_j") is not None]
     return {
         "requests": sum(r.get("requests") or 0 for r in rows),
         "calls": len(rows),
@@ -79,6 +80,7 @@ def _old_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         ),
         "tiers": sorted({r["tier"] for r in rows if r.get("tier")}),
         "incomplete_calls": sum(1 for r in rows if r.get("complete") == 0),
+        "batching_saved_j": sum(saved) if saved else None,
     }
 
 
@@ -183,6 +185,7 @@ def random_records(n: int, seed: int, first_day: dt.date, days: int = 31) -> lis
                 idle_power_w=None,
                 complete=rnd.choice([None, 0, 1, 1, 1]),
                 error=None,
+                batching_saved_j=rnd.choice([None, None, rnd.uniform(0, 900)]),
             )
         )
     # Not in timestamp order (threads, processes): the report must not depend on insert order.
@@ -302,7 +305,8 @@ def _bulk_ledger(path: Path, rows: int) -> None:
                    'model-' || (i % 5), 'fp16', '["NVIDIA H100 80GB HBM3"]', '[0]', '["GPU-x"]',
                    'live', 1e-6 * (i % 11), 1e-3 * (i % 7), NULL,
                    CASE WHEN i % 4 THEN 1.25 END, CASE WHEN i % 4 THEN 'measured' END,
-                   'call', 'counter_edge_corrected', NULL, 1, NULL
+                   'call', 'counter_edge_corrected', NULL, 1, NULL,
+                   CASE WHEN i % 3 = 0 THEN 0.5 * (i % 19) END
             FROM n""",
             (rows - 1, rows),
         )
@@ -327,6 +331,8 @@ def test_report_over_200k_rows_does_not_read_the_rows_into_python(tmp_path, monk
         assert report["total"]["calls"] == 200_000
         assert report["total"]["tokens"] == sum(64 + i % 13 for i in range(200_000))
         assert report["total"]["reference_tiers"] == ["measured"]
+        saved = sum(0.5 * (i % 19) for i in range(0, 200_000, 3))
+        assert report["total"]["batching_saved_j"] == pytest.approx(saved)
         # Reading the rows took ~1.5 KB each (300 MB); the aggregates are a few groups.
         assert peak < 2_000_000, f"{by}: peak {peak / 1e6:.1f} MB traced"
     assert len(build_report(path, by="model")["groups"]) == 5

@@ -26,6 +26,7 @@ class FakeRecord:
     reference_j_per_token: float | None = None
     reference_tier: str | None = None
     tier: str = "simulated"
+    batching_saved_j: float | None = None  # the meter's estimate for a coalesced call
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,15 @@ def parity_records() -> list[FakeRecord]:
             reference_j_per_token=0.3,
             reference_tier="measured",
         ),
-        FakeRecord(energy_j=10.0, tokens=8, requests=1, batch_size=8, cost_usd=0.002, co2_g=1.0),
+        FakeRecord(
+            energy_j=10.0,
+            tokens=8,
+            requests=1,
+            batch_size=8,
+            cost_usd=0.002,
+            co2_g=1.0,
+            batching_saved_j=7.5,
+        ),
         FakeRecord(energy_j=3.0, tokens=10, model_name="second", precision="nf4"),
         FakeRecord(energy_j=1.0, tokens=2, model_name="third", reference_j_per_token=0.5),
         FakeRecord(
@@ -126,6 +135,7 @@ def parity_records() -> list[FakeRecord]:
             cost_usd=float("inf"),
             co2_g=-1.0,
             reference_j_per_token=float("nan"),
+            batching_saved_j=float("inf"),
         ),
     ]
 

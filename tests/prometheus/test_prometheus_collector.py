@@ -144,20 +144,17 @@ def test_every_rule_declares_the_moods_its_check_yields():
 
 
 def test_coalesced_calls_count_the_energy_batching_saved():
-    """A record that ran in a bigger batch than its own requests was coalesced: the counter adds
-    what running alone would have cost more, by the A800 sweep's batch scaling."""
-    from ecoguard.knowledge.estimator import batch_energy_ratio
-
+    """The counter adds each record's own batching saving (the meter's estimate, carried on the
+    record); the exporter computes nothing, and a bad figure is skipped."""
     aggregates = prom.GenerationAggregates()
     registry, _ = _registry(aggregates=aggregates, meter=prom.NO_METER)
-    aggregates.observe_record(FakeRecord(energy_j=10.0, tokens=8, requests=1, batch_size=1))
-    name = "ecoguard_batching_energy_saved_joules_total"
-    assert registry.get_sample_value(name, GEN) is None  # nothing coalesced yet
     aggregates.observe_record(FakeRecord(energy_j=10.0, tokens=8, requests=1, batch_size=8))
-    aggregates.observe_record(FakeRecord(energy_j=20.0, tokens=16, requests=2, batch_size=8))
-    expected = 10.0 * (batch_energy_ratio(8, 1)[0] - 1) + 20.0 * (batch_energy_ratio(8, 2)[0] - 1)
-    assert batch_energy_ratio(8, 1)[0] > batch_energy_ratio(8, 2)[0] > 1
-    assert registry.get_sample_value(name, GEN) == pytest.approx(expected)
+    name = "ecoguard_batching_energy_saved_joules_total"
+    assert registry.get_sample_value(name, GEN) is None  # no record carried a saving yet
+    aggregates.observe_record(FakeRecord(energy_j=10.0, tokens=8, batching_saved_j=6.5))
+    aggregates.observe_record(FakeRecord(energy_j=20.0, tokens=16, batching_saved_j=3.25))
+    aggregates.observe_record(FakeRecord(energy_j=1.0, tokens=1, batching_saved_j=float("nan")))
+    assert registry.get_sample_value(name, GEN) == pytest.approx(9.75)
 
 
 def test_model_names_beyond_the_cap_fold_into_other():

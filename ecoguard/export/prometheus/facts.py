@@ -30,9 +30,7 @@ from ecoguard.export.prometheus.spec import (
     MetricSpec,
 )
 from ecoguard.export.prometheus.text import encodable
-from ecoguard.faults import record_fault
 from ecoguard.findings import Finding
-from ecoguard.knowledge.estimator import batch_energy_ratio
 from ecoguard.rules import RULES
 
 # Default cap on distinct model names per process. 32 leaves room for the usual handful of
@@ -134,41 +132,6 @@ def _at_least(value: object, low: float, *, strict: bool = False) -> float | Non
     return number
 
 
-_saved_ratio_cache: dict[tuple[int, int], float | None] = {}
-
-
-def _saved_energy_j(
-    energy_j: float | None, requests: float | None, batch_size: float | None
-) -> float | None:
-    if not energy_j or not requests or not batch_size or batch_size <= requests:
-        return None
-    key = (int(batch_size), int(requests))
-    if key not in _saved_ratio_cache:
-        try:
-            _saved_ratio_cache[key] = batch_energy_ratio(key[0], key[1])[0]
-        except Exception as exc:  # no sweep rows: no estimate, never a failed record
-            record_fault("export.batching_saved", exc)
-            _saved_ratio_cache[key] = None
-    ratio = _saved_ratio_cache[key]
-    if ratio is None or ratio <= 1.0:
-        return None
-    return energy_j * (ratio - 1.0)
-
-
-def batching_saved_energy_j(record: GenerationRecord) -> float | None:
-    """Estimated energy a coalesced call saved against running its requests alone.
-
-    A record whose ``batch_size`` (the batch the GPU ran) exceeds its own ``requests`` was
-    coalesced by ecoguard's batching. Running alone, its tokens would have cost more per token by
-    the ratio the measured A800 batch sweep gives between the two batch sizes (tier ``derived``,
-    ``ecoguard.knowledge.estimator.batch_energy_ratio``); the saving is the difference."""
-    return _saved_energy_j(
-        _at_least(record.energy_j, 0.0),
-        _at_least(record.requests, 0.0, strict=True),
-        _at_least(record.batch_size, 0.0, strict=True),
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class RecordFacts:
     """A GenerationRecord's figures, checked once: a field that is missing or out of range is
@@ -182,23 +145,20 @@ class RecordFacts:
     co2_g: float | None
     reference_j_per_token: float | None
     reference_tier: str
-    batching_saved_j: float | None
+    batching_saved_j: float | None  # the meter's estimate for a coalesced call, read as is
 
     @classmethod
     def of(cls, record: GenerationRecord) -> RecordFacts:
-        energy_j = _at_least(record.energy_j, 0.0)
-        requests = _at_least(record.requests, 0.0, strict=True)
-        batch_size = _at_least(record.batch_size, 0.0, strict=True)
         return cls(
-            energy_j=energy_j,
+            energy_j=_at_least(record.energy_j, 0.0),
             tokens=_at_least(record.tokens, 0.0),
-            requests=requests,
-            batch_size=batch_size,
+            requests=_at_least(record.requests, 0.0, strict=True),
+            batch_size=_at_least(record.batch_size, 0.0, strict=True),
             cost_usd=_at_least(record.cost_usd, 0.0),
             co2_g=_at_least(record.co2_g, 0.0),
             reference_j_per_token=_at_least(record.reference_j_per_token, 0.0, strict=True),
             reference_tier=label(record.reference_tier),
-            batching_saved_j=_saved_energy_j(energy_j, requests, batch_size),
+            batching_saved_j=_at_least(record.batching_saved_j, 0.0, strict=True),
         )
 
     @property
