@@ -47,6 +47,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec
 from ecoguard.errors import UsageError
 from ecoguard.findings import Mood, weakest_tier
+from ecoguard.rules.table import ROWS
 
 
 def _gray(
@@ -92,30 +93,12 @@ _TELL_ME = Text(
     "有实测的 tok/s 或功率数字，我可以拿它和数据对照。",
 )
 _TRAPS_TO_CHECK = (
-    Text(
-        "int8-mixed: load_in_8bit=True at the default llm_int8_threshold=6.0",
-        "int8-mixed：load_in_8bit=True 且 llm_int8_threshold 为默认的 6.0",
-    ),
-    Text(
-        "small-model-quant: 4-bit or 8-bit weights on a model below about 3-4B parameters",
-        "small-model-quant：约 3-4B 参数以下的小模型用了 4 位或 8 位量化",
-    ),
-    Text(
-        "batch-size-one: one prompt per generate call while requests wait",
-        "batch-size-one：请求在排队，却每次 generate 只处理一条",
-    ),
-    Text(
-        "fp8-eager: torchao FP8 without torch.compile",
-        "fp8-eager：torchao FP8 没有经过 torch.compile",
-    ),
-    Text(
-        "vram-overflow: weights + KV cache larger than the GPU memory (layers spill to CPU)",
-        "vram-overflow：权重加 KV 缓存超出显存（层被卸载到 CPU）",
-    ),
-    Text(
-        "bf16-unsupported: bf16 on a GPU before Ampere (T4, V100)",
-        "bf16-unsupported：在 Ampere 之前的 GPU（T4、V100）上用 bf16",
-    ),
+    "int8-mixed",
+    "small-model-quant",
+    "batch-size-one",
+    "fp8-eager",
+    "vram-overflow",
+    "bf16-unsupported",
 )
 
 
@@ -124,7 +107,9 @@ def _tell_me_more(question: Question, settings_used: dict[str, Any]) -> Answer:
     to answer, and the traps to check first."""
     lang = question.language
     head = Text("Check these first:", "先检查这几个陷阱：").get(lang)
-    notes = (head, *(t.get(lang) for t in _TRAPS_TO_CHECK))
+    colon = Text(": ", "：").get(lang)
+    rows = (ROWS[rule] for rule in _TRAPS_TO_CHECK)
+    notes = (head, *(r.id + colon + Text(r.look_for, r.look_for_zh).get(lang) for r in rows))
     result = protocols.AdvisorResult(
         protocol=question.protocol, mood=Mood.GRAY, language=lang, notes=notes
     )
@@ -266,8 +251,6 @@ def _answer(
     result = _mood_within_saving(result, lang)
     if question.accuracy_critical:
         result = replace(result, notes=(*result.notes, ACCURACY_CAVEAT.get(lang)))
-    if served := _served_notes(result.deployment or dep):
-        result = replace(result, notes=(*result.notes, *(t.get(lang) for t in served)))
     warnings = _warnings(dep, question)
     if warnings and result.mood == Mood.GREEN:
         result = replace(result, mood=Mood.YELLOW)  # it cannot run as asked: not green
@@ -426,36 +409,6 @@ def _warnings(dep: Deployment, question: Question | None) -> list[Text]:
                 f"输入 {dep.prompt_tokens:,} + 输出 {dep.generation_tokens:,} = {total:,} 个 token，"
                 f"超过了 {dep.model.id} 的上下文窗口 {window:,}：模型无法覆盖全部内容（截短输入或换更长窗口的模型）；"
                 "以上数字按能运行估算。",
-            )
-        )
-    return out
-
-
-def _served_notes(dep: Deployment) -> list[Text]:
-    """What the reference figures do not cover about how the model is served: several GPUs,
-    an engine's fused FP8 kernels."""
-    out: list[Text] = []
-    if dep.gpu.count > 1:
-        out.append(
-            Text(
-                f"the model is spread over {dep.gpu.count} GPUs: the memory check is per card, "
-                "but the energy figures come from single-GPU measurements; all "
-                f"{dep.gpu.count} cards draw power (idle power included), which they do not count.",
-                f"模型分布在 {dep.gpu.count} 张 GPU 上：显存按每张卡检查，但能耗数字来自单卡实测；"
-                f"{dep.gpu.count} 张卡都在耗电（含空闲功耗），这些数字没有计入。",
-            )
-        )
-    fused_fp8 = (
-        dep.precision in ("fp8_weight_only", "fp8_dynamic") and dep.quant.method != "torchao"
-    )
-    if dep.engine and fused_fp8:
-        out.append(
-            Text(
-                f"{dep.engine} runs FP8 as fused kernels; the only FP8 rows in the reference "
-                "data are torchao's eager path, so the FP8 figures here overstate its energy. "
-                "Measure your own FP8 run (`ecoguard bench`) before switching precision.",
-                f"{dep.engine} 的 FP8 使用融合算子；参考数据里的 FP8 只有 torchao 的 eager 路径，"
-                "所以这里的 FP8 数字高估了能耗。换精度之前请先实测你自己的 FP8（`ecoguard bench`）。",
             )
         )
     return out

@@ -50,6 +50,9 @@ class RuleRow:
     title_zh: str = ""
     message_zh: str = ""
     fix_summary_zh: str = ""
+    # What to look for first when a bill is high and nothing is known yet (English, Chinese).
+    look_for: str = ""
+    look_for_zh: str = ""
 
     def finding(
         self,
@@ -85,6 +88,8 @@ def _precision_in(*names: str) -> Callable[[Any], bool]:
 _ROWS: tuple[RuleRow, ...] = (
     RuleRow(
         id="int8-mixed",
+        look_for="load_in_8bit=True at the default llm_int8_threshold=6.0",
+        look_for_zh="load_in_8bit=True 且 llm_int8_threshold 为默认的 6.0",
         known_for=("int8_mixed",),
         fixed_precision="int8_pure",
         title_zh="bitsandbytes 默认 INT8（混合精度分解）",
@@ -109,6 +114,8 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="small-model-quant",
+        look_for="4-bit or 8-bit weights on a model below about 3-4B parameters",
+        look_for_zh="约 3-4B 参数以下的小模型用了 4 位或 8 位量化",
         known_for=("nf4", "nf4_dq", "int8_pure"),
         title_zh="小模型量化反而更耗电",
         message_zh=(
@@ -136,6 +143,8 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="fp8-eager",
+        look_for="torchao FP8 without torch.compile",
+        look_for_zh="torchao FP8 没有经过 torch.compile",
         known_for=("fp8_weight_only", "fp8_dynamic"),
         fixed_precision="bf16",
         title_zh="torchao FP8 在 eager 模式下",
@@ -173,6 +182,8 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="batch-size-one",
+        look_for="one prompt per generate call while requests wait",
+        look_for_zh="请求在排队，却每次 generate 只处理一条",
         title_zh="批大小为 1 的服务",
         message_zh=(
             "每次只处理一个请求：每生成一个 token 都要把全部权重读一遍，而批处理可以让多个请求分摊这次读取。"
@@ -193,6 +204,8 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="bf16-unsupported",
+        look_for="bf16 on a GPU before Ampere (T4, V100)",
+        look_for_zh="在 Ampere 之前的 GPU（T4、V100）上用 bf16",
         title_zh="GPU 不支持 BF16",
         message_zh="Ampere 之前的 GPU 没有 BF16 张量核心，BF16 矩阵乘法被模拟，又慢又耗电。",
         fix_summary_zh="在这块 GPU 上改用 FP16",
@@ -208,6 +221,8 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="vram-overflow",
+        look_for="weights + KV cache larger than the GPU memory (layers spill to CPU)",
+        look_for_zh="权重加 KV 缓存超出显存（层被卸载到 CPU）",
         title_zh="显存不足",
         message_zh=(
             "权重加 KV 缓存超过了显存：模型会被卸载到 CPU 或直接报错，能耗和延迟都会大幅上升。"
