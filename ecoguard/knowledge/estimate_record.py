@@ -98,6 +98,10 @@ class Estimate:
             "throughput_tok_s": _r(self.throughput_tok_s),
             "latency_s": _r(self.latency_s),
             "vram_gb": _r(self.vram_gb),
+            "vram_gb_per_card": _r(
+                None if self.vram_gb is None else self.vram_gb / self.deployment.gpu_count
+            ),
+            "gpu_count": self.deployment.gpu_count,
             "vram_method": self.vram_method,
             "monthly": monthly,
             "tier": self.tier,

@@ -48,6 +48,7 @@ from ecoguard.knowledge.memory import (  # noqa: F401  (re-exported: the old hom
     usable_vram_gb,
 )
 from ecoguard.knowledge.records import GpuProfile, ModelInfo
+from ecoguard.knowledge.served import Figures, as_fused_fp8, fused_fp8, on_all_cards
 from ecoguard.knowledge.validation import band_for
 
 __all__ = [
@@ -300,6 +301,13 @@ def _resolve_subject(deployment: Deployment) -> _Subject:
     return _Subject(gpu, model, model.id if registered and model else None, params_b)
 
 
+def _lookup_precision(deployment: Deployment) -> str:
+    """The precision whose rows the figure reads: bf16 runs the same kernels and weight bytes
+    as fp16 in these stacks; fused FP8 is priced from FP16 (ecoguard.knowledge.served)."""
+    precision = resolved_precision(deployment)
+    return "fp16" if precision == "bf16" or fused_fp8(deployment) else precision
+
+
 def _inputs(deployment: Deployment, subject: _Subject, holdout: str | None) -> _Inputs:
     assumptions: list[str] = []
     precision = resolved_precision(deployment)
@@ -317,8 +325,7 @@ def _inputs(deployment: Deployment, subject: _Subject, holdout: str | None) -> _
     prompt = deployment.prompt_tokens
     return _Inputs(
         precision=precision,
-        # bf16 runs the same kernels and weight bytes as fp16 in these stacks: use fp16 rows.
-        lookup_precision="fp16" if precision == "bf16" else precision,
+        lookup_precision=_lookup_precision(deployment),
         batch_size=deployment.batch_size or 1,
         generation_tokens=deployment.generation_tokens or DEFAULT_GENERATION_TOKENS,
         prompt_tokens=prompt if prompt is not None else DEFAULT_PROMPT_TOKENS,
@@ -329,12 +336,16 @@ def _inputs(deployment: Deployment, subject: _Subject, holdout: str | None) -> _
 def _holdout_note(deployment: Deployment, subject: _Subject, holdout: str) -> str:
     what = "configuration" if holdout == "config" else "GPU"
     key = subject.model_key or _unregistered_key(deployment.model.id, subject.params_b)
-    precision = resolved_precision(deployment).replace("bf16", "fp16")  # the rows _Inputs reads
+    precision = _lookup_precision(deployment)  # the rows _Inputs reads
     bs = deployment.batch_size or 1
     held = _ladder_for(subject.gpu, key, subject.params_b, precision, bs, holdout).evidence
     if len(held.by_config) < len(_LADDERS().full.evidence.by_config):
         return f"hold-out: answered as if the rows of this {what} were absent"
     return f"hold-out: this {what} has no rows in the reference data, none to hold out"
+
+
+# Architectures no engine's fused FP8 runs on (W8A8 needs Ada/Hopper, Marlin FP8 Ampere).
+_NO_FUSED_FP8 = frozenset({"volta", "turing"})
 
 
 def _find_basis(
@@ -348,6 +359,8 @@ def _find_basis(
         return None, "model size unknown"
     if precision in ("fp8_weight_only", "fp8_dynamic") and not gpu.fp8:
         return None, f"{gpu.key} ({gpu.architecture}) has no FP8 support"
+    if fused_fp8(deployment) and gpu.architecture in _NO_FUSED_FP8:
+        return None, f"{gpu.key} ({gpu.architecture}) runs no FP8 kernels (Ampere or newer)"
     model_key = subject.model_key or _unregistered_key(deployment.model.id, params_b)
     ladder = _ladder_for(gpu, model_key, params_b, precision, inputs.batch_size, holdout)
     if model_key is not None and params_b is not None and model_key in ladder.evidence.params:
@@ -418,7 +431,7 @@ def estimate(
     vram = (need.total_gb, need.method) if need is not None else (None, NO_SIZE_METHOD)
     grid = _grid(settings, requests_per_month)
     memory = {
-        "offloaded_rows": _offloaded_rows(subject, inputs),
+        "offloaded_rows": _offloaded_rows(subject, inputs, deployment),
         "findings": _vram_findings(deployment, subject, need),
     }
     if basis is None:
@@ -442,14 +455,16 @@ def estimate(
             vram_method=vram[1],
             holdout=holdout,
         )
-    return replace(_estimate_from(basis, deployment, inputs, grid, vram, holdout), **memory)
+    assert subject.gpu is not None  # a basis is only found for a known GPU
+    estimated = _estimate_from(basis, deployment, inputs, grid, vram, holdout, subject.gpu)
+    return replace(estimated, **memory)
 
 
 def _offloaded_rows(
-    subject: _Subject, inputs: _Inputs
+    subject: _Subject, inputs: _Inputs, deployment: Deployment
 ) -> tuple[tuple[str, float | None, str], ...]:
     """Rows of the asked configuration that ran offloaded: shown with their flag, never used."""
-    if subject.gpu is None or subject.model_key is None:
+    if subject.gpu is None or subject.model_key is None or fused_fp8(deployment):
         return ()
     config = (subject.gpu.key, subject.model_key, inputs.lookup_precision, inputs.batch_size)
     return tuple(
@@ -490,6 +505,20 @@ def _vram_findings(deployment: Deployment, subject: _Subject, need: MemoryNeed |
     )
 
 
+def _figures(basis: Basis, deployment: Deployment, inputs: _Inputs, gpu: GpuProfile) -> Figures:
+    """The ladder's figures, then how the deployment is served moves them: fused FP8 read from
+    FP16, all cards' power (ecoguard.knowledge.served)."""
+    low_1k, high_1k = _interval(basis)
+    power, tput = _power_and_throughput(basis.figure.value, basis.power_w, basis.throughput_tok_s)
+    tier, method = _tier_and_method(basis, inputs.precision)
+    figures = Figures(
+        basis.figure.value, low_1k, high_1k, power, tput, tier, method, _confidence(basis)
+    )
+    if fused_fp8(deployment):
+        figures = as_fused_fp8(figures, deployment.engine)
+    return on_all_cards(figures, gpu, deployment.gpu_count)
+
+
 def _estimate_from(
     basis: Basis,
     deployment: Deployment,
@@ -497,39 +526,38 @@ def _estimate_from(
     grid: _Grid,
     vram: tuple[float | None, str],
     holdout: str | None,
+    gpu: GpuProfile,
 ) -> Estimate:
     fig, gen = basis.figure, inputs.generation_tokens
-    energy_1k = fig.value
-    low_1k, high_1k = _interval(basis)
+    figures = _figures(basis, deployment, inputs, gpu)
+    energy_1k, low_1k, high_1k = figures.energy_1k, figures.low, figures.high
     per_request = energy_1k * gen / 1000.0
     request_range = (low_1k * gen / 1000.0, high_1k * gen / 1000.0)
-    power, tput = _power_and_throughput(energy_1k, basis.power_w, basis.throughput_tok_s)
-    tier, method = _tier_and_method(basis, inputs.precision)
+    tput = figures.throughput_tok_s
     rows = (*fig.rows, *basis.extra_rows)
-    assumptions = inputs.assumptions
-    if deployment.gpu.count > 1:
-        assumptions += ("figures are for the reference single-GPU setup; multi-GPU not modelled",)
     err = None
     if basis.family != "exact":
         e = method_error(basis.family)
         err = (e["median_abs_error_pct"], e["p90_abs_error_pct"])
-    exact = basis.family == "exact"
+    # A figure a serving method moved is no longer the median of its sessions.
+    exact = basis.family == "exact" and not (fused_fp8(deployment) or deployment.gpu_count > 1)
+    paired = (fig.paired_value if basis.family == "exact" else fig.value) * figures.factor
     return Estimate(
         energy_per_1k_tokens_j=energy_1k,
         energy_per_request_j=per_request,
         tokens_per_j=1000.0 / energy_1k,
-        power_w=power,
+        power_w=figures.power_w,
         throughput_tok_s=tput,
         latency_s=gen * inputs.batch_size / tput if tput else None,
         vram_gb=vram[0],
         monthly=grid.monthly(per_request, request_range),
-        tier=tier,
-        method=method,
+        tier=figures.tier,
+        method=figures.method,
         sources=tuple(sorted({r.source for r in rows})),
         rows=tuple(dict.fromkeys(r.id for r in rows)),
-        confidence=_confidence(basis),
+        confidence=figures.confidence,
         deployment=deployment,
-        assumptions=assumptions,
+        assumptions=inputs.assumptions,
         vram_method=vram[1],
         energy_per_1k_tokens_j_range=(low_1k, high_1k),
         energy_per_request_j_range=request_range,
@@ -544,8 +572,8 @@ def _estimate_from(
             else ()
         ),
         measurements=fig.measurements if exact else (),
-        paired_energy_per_1k_tokens_j=fig.paired_value if exact else energy_1k,
-        paired_energy_per_request_j=(fig.paired_value if exact else energy_1k) * gen / 1000.0,
+        paired_energy_per_1k_tokens_j=paired,
+        paired_energy_per_request_j=paired * gen / 1000.0,
         paired_changes=(
             tuple((s.what, s.paired_pct, s.session_pcts, s.absolute_pct) for s in fig.steps)
             if exact
