@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ecoguard.advisor.estimates import estimate_dict, run_estimate
-from ecoguard.advisor.texts import Text, tier_word
+from ecoguard.advisor.texts import BLANK, Text, tier_word
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.findings import Finding, Impact, Mood, weakest_tier
@@ -87,14 +87,14 @@ class BatchingAdvice:
     def lines(self, language: str, local_price: tuple[float, str] | None = None) -> list[str]:
         """The advice as sentences in the answer's language. ``local_price``: (price per kWh,
         currency symbol) when the question priced electricity in a currency other than USD."""
-        zh = language == "zh"
-        out = [line for line in (self._gpu_time_line(zh), self._in_flight_line(zh)) if line]
+        lines = [self._gpu_time_line(), self._in_flight_line(language)]
         if self.target_batch <= self.current_batch:
-            nothing = self._nothing_to_coalesce_line(zh)
-            return out + ([nothing] if nothing else [])
-        return out + self._batching_lines(zh, local_price)
+            lines.append(self._nothing_to_coalesce_line())
+        else:
+            lines += self._batching_lines(local_price)
+        return [line.get(language) for line in lines if line is not None]
 
-    def _gpu_time_line(self, zh: bool) -> str | None:
+    def _gpu_time_line(self) -> Text | None:
         """The GPU time the monthly volume takes at batch size 1. With the concurrency stated,
         the volume may be only the default, so the stated figure is the one shown instead."""
         if (
@@ -105,95 +105,84 @@ class BatchingAdvice:
             return None
         days = self.gpu_days_per_month
         gpus = max(1, math.ceil(days / 30))
-        if zh:
-            more = f"，一块 GPU 不够，至少要 {gpus} 块全天运行" if days > 30 else ""
-            return (
-                f"按批大小 1，每月的请求量需要约 {days:,.1f} 个 GPU·天的计算"
-                f"（每次请求 {self.seconds_per_request:,.1f} 秒；一个月 30 天）{more}。"
+        more = BLANK
+        if days > 30:
+            more = Text(
+                f": more than one GPU can do, at least {gpus} running around the clock",
+                f"，一块 GPU 不够，至少要 {gpus} 块全天运行",
             )
-        more = (
-            f": more than one GPU can do, at least {gpus} running around the clock"
-            if days > 30
-            else ""
-        )
-        return (
+        return Text(
             f"At batch size 1 the monthly volume is about {days:,.1f} GPU-days of work "
-            f"({self.seconds_per_request:,.1f} s per request; a month is 30 days){more}."
+            f"({self.seconds_per_request:,.1f} s per request; a month is 30 days){more.en}.",
+            f"按批大小 1，每月的请求量需要约 {days:,.1f} 个 GPU·天的计算"
+            f"（每次请求 {self.seconds_per_request:,.1f} 秒；一个月 30 天）{more.zh}。",
         )
 
-    def _in_flight_line(self, zh: bool) -> str | None:
+    def _in_flight_line(self, language: str) -> Text | None:
         """How many requests are in flight at once, and where that figure comes from."""
         if self.concurrency is None or self.use == "batch":
             return None
-        basis = _BASIS.get(self.concurrency_basis, Text("", ""))
-        count = _count(self.concurrency, self.concurrency_basis, "zh" if zh else "en")
-        if zh:
-            return f"同时在处理的请求：{count}（{basis.zh}）。"
-        return f"Requests in flight at once: {count} ({basis.en})."
+        basis = _BASIS.get(self.concurrency_basis, BLANK)
+        count = _count(self.concurrency, self.concurrency_basis, language)
+        return Text(
+            f"Requests in flight at once: {count} ({basis.en}).",
+            f"同时在处理的请求：{count}（{basis.zh}）。",
+        )
 
-    def _nothing_to_coalesce_line(self, zh: bool) -> str | None:
+    def _nothing_to_coalesce_line(self) -> Text | None:
         """At batch size 1 with no larger target: a bandwidth figure is only a lower bound,
         else fewer than two requests overlap."""
         if self.target_batch > 1 or self.current_batch > 1:
             return None
         if self.concurrency_basis == "bandwidth":
-            return (
-                "这只是下限：实际延迟更长时同时在处理的请求更多；用 `ecoguard bench` 测出延迟后再决定是否开启批处理器。"
-                if zh
-                else "That is a lower bound: with the real (longer) latency more requests "
+            return Text(
+                "That is a lower bound: with the real (longer) latency more requests "
                 "overlap; measure the latency with `ecoguard bench` before deciding on the "
-                "batcher."
+                "batcher.",
+                "这只是下限：实际延迟更长时同时在处理的请求更多；用 `ecoguard bench` 测出延迟后再决定是否开启批处理器。",
             )
-        return (
-            "同时在处理的请求不到 2 个，批处理器没有可合并的请求；请求量上来后再开启。"
-            if zh
-            else "Fewer than two requests are in flight, so a batcher would have nothing "
-            "to coalesce; turn it on when traffic overlaps."
+        return Text(
+            "Fewer than two requests are in flight, so a batcher would have nothing "
+            "to coalesce; turn it on when traffic overlaps.",
+            "同时在处理的请求不到 2 个，批处理器没有可合并的请求；请求量上来后再开启。",
         )
 
-    def _batching_lines(self, zh: bool, local_price: tuple[float, str] | None) -> list[str]:
+    def _batching_lines(self, local_price: tuple[float, str] | None) -> list[Text]:
         """What to do (batched calls, or the batcher) and what it saves; a caveat first when
         how many requests overlap is not known."""
-        out: list[str] = []
+        out: list[Text] = []
         saving = "-" if self.saving_pct is None else f"{self.saving_pct:.0f}%"
         amount = self._saving_amount(local_price)
-        usd = "" if amount is None else (f"，每月约 {amount}" if zh else f", about {amount}/month")
+        usd = BLANK if amount is None else Text(f", about {amount}/month", f"，每月约 {amount}")
         now = _range_text(self.energy_now_j_per_1k, self.energy_now_range)
         target = _range_text(self.energy_target_j_per_1k, self.energy_target_range)
+        lead = Text(f"Coalesce concurrent requests: `{self.fix}`", f"合并并发请求：`{self.fix}`")
         if self.use == "batch":
-            lead = (
-                f"每次 generate 传入 {self.target_batch} 个提示词"
-                if zh
-                else f"Pass {self.target_batch} prompts per generate call"
-            )
-        else:
-            lead = (
-                f"合并并发请求：`{self.fix}`"
-                if zh
-                else f"Coalesce concurrent requests: `{self.fix}`"
+            lead = Text(
+                f"Pass {self.target_batch} prompts per generate call",
+                f"每次 generate 传入 {self.target_batch} 个提示词",
             )
         unknown = self.concurrency is None or self.concurrency_basis == "bandwidth"
         if unknown and self.use != "batch" and not self.conditional:
             out.append(
-                f"同时在处理的请求数未知（该配置没有延迟数据）；下面的节省假定有 {self.target_batch} 个请求同时在处理。"
-                if zh
-                else "How many requests overlap is not known (no latency figure for this "
-                f"configuration); the saving below assumes {self.target_batch} in flight."
+                Text(
+                    "How many requests overlap is not known (no latency figure for this "
+                    f"configuration); the saving below assumes {self.target_batch} in flight.",
+                    f"同时在处理的请求数未知（该配置没有延迟数据）；下面的节省假定有 {self.target_batch} 个请求同时在处理。",
+                )
             )
-        if_clause = ""
+        when = BLANK
         if self.conditional:
-            if_clause = "如果有多个用户同时聊天，" if zh else "If several users chat at once: "
-        if zh:
-            out.append(
-                f"{if_clause}{lead}，批大小 {self.current_batch} -> {self.target_batch}："
-                f"每千 token {now} -> {target} J，能耗降低约 {saving}{usd}（{tier_word(self.tier, 'zh')}；输出不变）。"
+            when = Text("If several users chat at once: ", "如果有多个用户同时聊天，")
+        out.append(
+            Text(
+                f"{when.en}{lead.en}, batch size {self.current_batch} -> {self.target_batch}: "
+                f"{now} -> {target} J per 1k tokens, about {saving} less energy{usd.en} "
+                f"({self.tier}; outputs unchanged).",
+                f"{when.zh}{lead.zh}，批大小 {self.current_batch} -> {self.target_batch}："
+                f"每千 token {now} -> {target} J，能耗降低约 {saving}{usd.zh}（{tier_word(self.tier, 'zh')}；输出不变）。",
             )
-        else:
-            out.append(
-                f"{if_clause}{lead}, batch size {self.current_batch} -> {self.target_batch}: "
-                f"{now} -> {target} J per 1k tokens, about {saving} less energy{usd} "
-                f"({self.tier}; outputs unchanged)."
-            )
+        )
         return out
 
     def _saving_amount(self, local_price: tuple[float, str] | None) -> str | None:

@@ -27,6 +27,9 @@ class Text:
         return Text(self.en.format(**values), self.zh.format(**values))
 
 
+BLANK = Text("", "")  # no sentence, in either language
+
+
 TIERS_ZH = {
     "measured": "实测",
     "reported": "公布",
