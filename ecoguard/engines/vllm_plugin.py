@@ -21,6 +21,7 @@ vLLM itself is imported only inside functions; this module imports without it.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -42,6 +43,7 @@ from ecoguard.engines.engine_args import (
 from ecoguard.errors import EnergyTrapError
 from ecoguard.faults import contained
 from ecoguard.findings import Finding, Location
+from ecoguard.guard.patches import Applied, Patch, unwrap, wrap
 from ecoguard.guard.policy import Policy
 from ecoguard.knowledge import resolve_gpu
 
@@ -49,7 +51,7 @@ ENV_FLAG = "ECOGUARD_VLLM"
 
 _log = logging.getLogger("ecoguard")
 _patch_lock = threading.Lock()
-_patched = False
+_applied: Applied | None = None  # the engine patch while in place (the exact original kept)
 _collector: Any = None  # ecoguard's collector on vLLM's /metrics, once registered
 
 
@@ -64,19 +66,31 @@ def enabled(environ: Any = None) -> bool:
 
 def register() -> None:
     """The ``vllm.general_plugins`` entry point. vLLM calls it once per process (API server,
-    engine core, workers); only with ``ECOGUARD_VLLM=1`` does it do anything. Idempotent."""
-    global _patched
+    engine core, workers); only with ``ECOGUARD_VLLM=1`` does it do anything. Idempotent.
+
+    The patch goes through the guard's patch record (:func:`ecoguard.guard.patches.wrap`), so
+    :func:`unregister` puts back the exact original ``create_engine_config``."""
+    global _applied
     if not enabled():
         return
     with contained("vllm.register"), _patch_lock:
-        if _patched:
-            return
-        import wrapt
+        if _applied is None:
+            _applied = wrap(ENGINE_PATCH, importlib.import_module(ENGINE_PATCH.module))
 
-        wrapt.wrap_function_wrapper(
-            "vllm.engine.arg_utils", "EngineArgs.create_engine_config", _create_engine_config
-        )
-        _patched = True
+
+def unregister() -> None:
+    """Undo :func:`register`: the exact original ``EngineArgs.create_engine_config`` is back
+    (unless something wrapped it again on top of ecoguard). Idempotent."""
+    global _applied
+    with contained("vllm.register"), _patch_lock:
+        if _applied is not None:
+            done, _applied = _applied, None
+            unwrap(ENGINE_PATCH, done)
+
+
+def patched() -> bool:
+    """Whether :func:`register` has patched vLLM's engine arguments in this process."""
+    return _applied is not None
 
 
 def _create_engine_config(wrapped, instance, args, kwargs):
@@ -96,6 +110,12 @@ def _create_engine_config(wrapped, instance, args, kwargs):
         with contained("vllm.rules", passthrough=(EnergyTrapError,)):
             judge_engine(vllm_config, settings, fixed_from=fixed_from)
     return vllm_config
+
+
+# vLLM's engine-arguments hook, as one row of the guard's patch record.
+ENGINE_PATCH = Patch(
+    "vllm.engine.arg_utils", "EngineArgs", "create_engine_config", _create_engine_config
+)
 
 
 def _install() -> Settings:

@@ -68,14 +68,33 @@ def applied() -> dict[Patch, Applied]:
         return dict(_applied)
 
 
-def _apply(patch: Patch, module: ModuleType) -> None:
-    if patch in _applied:
-        return
+def wrap(patch: Patch, module: ModuleType) -> Applied:
+    """Wrap ``patch``'s attribute in ``module`` now; the record keeps the exact original."""
     owner = getattr(module, patch.owner)
     original = vars(owner)[patch.attribute]
     wrapper = wrapt.FunctionWrapper(original, patch.wrapper)
     setattr(owner, patch.attribute, wrapper)
-    _applied[patch] = Applied(owner=owner, original=original, wrapper=wrapper)
+    return Applied(owner=owner, original=original, wrapper=wrapper)
+
+
+def unwrap(patch: Patch, done: Applied) -> None:
+    """Put back the exact original attribute. If something else has wrapped on top of ours,
+    its wrapper stays (removing it would break that library) and ours passes calls through."""
+    current = vars(done.owner).get(patch.attribute)
+    if current is done.wrapper:
+        setattr(done.owner, patch.attribute, done.original)
+    else:
+        _log.warning(
+            "ecoguard: %s.%s was wrapped again after ecoguard patched it; leaving that "
+            "wrapper in place (ecoguard's layer now passes calls straight through)",
+            patch.owner,
+            patch.attribute,
+        )
+
+
+def _apply(patch: Patch, module: ModuleType) -> None:
+    if patch not in _applied:
+        _applied[patch] = wrap(patch, module)
 
 
 def _on_import(patch: Patch, module: ModuleType) -> None:
@@ -105,20 +124,10 @@ def apply_patches() -> None:
 
 
 def remove_patches() -> None:
-    """Put back the exact original attributes. If something else has wrapped on top of ours,
-    its wrapper stays (removing it would break that library) and ours passes calls through."""
+    """Put back the exact original attributes (:func:`unwrap`)."""
     global _wanted
     with _lock:
         _wanted = False
         for patch, done in list(_applied.items()):
-            current = vars(done.owner).get(patch.attribute)
-            if current is done.wrapper:
-                setattr(done.owner, patch.attribute, done.original)
-            else:
-                _log.warning(
-                    "ecoguard: %s.%s was wrapped again after ecoguard patched it; leaving that "
-                    "wrapper in place (ecoguard's layer now passes calls straight through)",
-                    patch.owner,
-                    patch.attribute,
-                )
+            unwrap(patch, done)
             del _applied[patch]

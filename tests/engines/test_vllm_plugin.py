@@ -276,10 +276,11 @@ def fake_vllm(monkeypatch):
     for name in ("vllm", "vllm.engine"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", module)
-    monkeypatch.setattr(vllm_plugin, "_patched", False)
+    monkeypatch.setattr(vllm_plugin, "_applied", None)
     monkeypatch.setenv("ECOGUARD_MEASURE", "0")
     monkeypatch.setenv("ECOGUARD_LEDGER", "off")
     yield EngineArgs
+    vllm_plugin.unregister()
     ecoguard.uninstall()
 
 
@@ -296,6 +297,27 @@ def test_register_patches_only_with_the_flag(fake_vllm, monkeypatch):
         fake_vllm(1).create_engine_config()
     monkeypatch.setenv("ECOGUARD_MODE", "fix")
     assert fake_vllm(1).create_engine_config().scheduler_config.max_num_seqs == 16
+
+
+def test_unregister_puts_back_the_exact_original(fake_vllm, monkeypatch):
+    """register() patches through the guard's patch record: install twice = once, and
+    unregister() restores the very function object, so vLLM runs untouched again."""
+    monkeypatch.setenv("ECOGUARD_VLLM", "1")
+    monkeypatch.setenv("ECOGUARD_MODE", "strict")
+    original = vars(fake_vllm)["create_engine_config"]
+    vllm_plugin.register()
+    vllm_plugin.register()
+    assert vllm_plugin.patched()
+    wrapper = vars(fake_vllm)["create_engine_config"]
+    assert wrapper is not original and wrapper.__wrapped__ is original  # one layer, not two
+    vllm_plugin.unregister()
+    vllm_plugin.unregister()  # idempotent
+    assert not vllm_plugin.patched()
+    assert vars(fake_vllm)["create_engine_config"] is original
+    assert fake_vllm(1).create_engine_config().scheduler_config.max_num_seqs == 1  # no refusal
+    vllm_plugin.register()  # and again after an unregister
+    with pytest.raises(EnergyTrapError):
+        fake_vllm(1).create_engine_config()
 
 
 def test_a_fault_in_the_rules_never_stops_the_engine(fake_vllm, monkeypatch):

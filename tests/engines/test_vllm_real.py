@@ -359,7 +359,7 @@ def test_plugin_is_inert_without_the_flag(vllm_env):
         "import ecoguard.engines.vllm_plugin as p\n"
         f"c = EngineArgs(model={vllm_env['model']!r}, max_num_seqs=1, enforce_eager=True,"
         " max_model_len=512).create_engine_config()\n"
-        "print('RESULT', p._patched, c.scheduler_config.max_num_seqs)\n"
+        "print('RESULT', p.patched(), c.scheduler_config.max_num_seqs)\n"
     )
     env["ECOGUARD_MODE"] = "strict"  # would refuse, were the plugin on
     result = subprocess.run(
