@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ecoguard.advisor.extract import SYMBOLS
-from ecoguard.advisor.texts import Text
+from ecoguard.advisor.texts import TIERS_ZH, Text
 
 if TYPE_CHECKING:
     from ecoguard.advisor.answer import Answer
@@ -60,6 +60,23 @@ _LABEL_TEXTS = {
     "no_trap": Text("No known trap matches this configuration.", "没有匹配的已知陷阱。"),
     "not_available": Text("no data", "无数据"),
     "batching": Text("Batching", "批处理"),
+    "trade_offs": Text("Other trade-offs", "其他取舍"),
+    "files": Text("Files: ", "文件："),
+    "session": Text("session", "会话"),
+    "paired": Text(
+        "{p} vs FP16, same-session pairs: {parts}; the table uses their median",
+        "{p} 相对 FP16（同一会话配对）：{parts}；表中取其中位数",
+    ),
+    "by_precision": Text("J per 1k tokens by precision", "各精度每千 token 能耗"),
+    "measured_on": Text("Measured on {gpu}", "{gpu} 上的实测"),
+    "ruled_out": Text("Ruled out: ", "已排除："),
+    "estimate": Text("Estimate", "估算"),
+    "method": Text("Method: ", "方法："),
+    "greenest": Text(
+        "Already the greenest option the data supports.", "已经是数据支持的最省电配置。"
+    ),
+    "more_energy": Text(" ({pct:.1f}% more energy)", "（能耗增加 {pct:.1f}%）"),
+    "less_energy": Text(" ({pct:.1f}% less energy)", "（能耗降低 {pct:.1f}%）"),
     "warning": Text("Warning", "注意"),
     "pue_local": Text(
         "PUE {pue:g} (a local machine: no data-centre overhead)",
@@ -132,12 +149,7 @@ _ZH_ONLY = {
     "field_requests_per_month": "每月请求数",
     "field_prompt_tokens": "输入 token 数",
     "field_observed_energy_j_per_1k": "实测每千 token 能耗（J）",
-    "tier_measured": "实测",
-    "tier_reported": "公布",
-    "tier_derived": "推算",
-    "tier_extrapolated": "外推",
-    "tier_local": "本机实测",
-    "tier_none": "无",
+    **{f"tier_{tier}": word for tier, word in TIERS_ZH.items()},
     "conf_high": "高",
     "conf_medium": "中",
     "conf_low": "低",

@@ -19,6 +19,7 @@ from ecoguard.advisor.layout import (
     money_year_text,
     tier_label,
 )
+from ecoguard.advisor.texts import Text
 
 if TYPE_CHECKING:
     from ecoguard.advisor.answer import Answer
@@ -28,13 +29,7 @@ def compare_section(answer: Answer, labels: dict[str, str], markdown: bool) -> l
     result = answer.result
     if result.extra.get("scope") == "models":
         return _compare_models(answer, labels, markdown)
-    out = [
-        heading(
-            "J per 1k tokens by precision" if answer.language == "en" else "各精度每千 token 能耗",
-            markdown,
-            labels,
-        )
-    ]
+    out = [heading(labels["by_precision"], markdown, labels)]
     rows = []
     for r in result.rows:
         rows.append(
@@ -138,24 +133,17 @@ def _paired_lines(answer: Answer, labels: dict[str, str]) -> list[str]:
     """Each precision's change vs FP16 as measured in the same session, per session: the
     figure in the table is their median."""
     out = []
-    en = answer.language == "en"
     for r in answer.result.rows:
         pairs = r.get("paired_deltas") or []
         if not pairs:
             continue
         parts = labels["semicolon"].join(
             f"{p['delta_pct']:+.1f}% ({p['source'].rsplit('/', 1)[-1]}"
-            + ("" if p["session"] == "-" else f", {'session' if en else '会话'} {p['session']}")
+            + ("" if p["session"] == "-" else f", {labels['session']} {p['session']}")
             + ")"
             for p in pairs
         )
-        if en:
-            out.append(
-                f"{r['precision']} vs FP16, same-session pairs: {parts}; the table uses their "
-                "median"
-            )
-        else:
-            out.append(f"{r['precision']} 相对 FP16（同一会话配对）：{parts}；表中取其中位数")
+        out.append(labels["paired"].format(p=r["precision"], parts=parts))
     if out:
         out.append("")
     return out
@@ -166,8 +154,7 @@ def _trade_offs(answer: Answer, labels: dict[str, str]) -> list[str]:
     rows = [r for r in answer.result.rows if r.get("energy_per_1k_tokens_j") is not None]
     if len(rows) < 2:
         return []
-    zh = answer.language == "zh"
-    out = []
+    out: list[Text] = []
 
     def pick(key: str) -> dict[str, Any] | None:
         known = [r for r in rows if r.get(key) is not None]
@@ -175,44 +162,32 @@ def _trade_offs(answer: Answer, labels: dict[str, str]) -> list[str]:
 
     vram, fast, cheap = pick("vram_gb"), pick("latency_s"), pick("cost_usd_per_month")
     if vram is not None:
-        out.append(
-            f"显存最少：{vram['precision']}（{vram['vram_gb']:.1f} GB）"
-            if zh
-            else f"least memory: {vram['precision']} ({vram['vram_gb']:.1f} GB)"
-        )
+        p, gb = vram["precision"], vram["vram_gb"]
+        out.append(Text(f"least memory: {p} ({gb:.1f} GB)", f"显存最少：{p}（{gb:.1f} GB）"))
     if fast is not None:
+        p, s = fast["precision"], fast["latency_s"]
         out.append(
-            f"延迟最低：{fast['precision']}（{fast['latency_s']:.1f} s/请求）"
-            if zh
-            else f"lowest latency: {fast['precision']} ({fast['latency_s']:.1f} s per request)"
+            Text(f"lowest latency: {p} ({s:.1f} s per request)", f"延迟最低：{p}（{s:.1f} s/请求）")
         )
     if cheap is not None:
+        p, usd = cheap["precision"], cheap["cost_usd_per_month"]
         out.append(
-            f"每月最便宜：{cheap['precision']}（${cheap['cost_usd_per_month']:,.2f}）"
-            if zh
-            else f"cheapest per month: {cheap['precision']} (${cheap['cost_usd_per_month']:,.2f})"
+            Text(f"cheapest per month: {p} (${usd:,.2f})", f"每月最便宜：{p}（${usd:,.2f}）")
         )
     out.append(
-        "精度：FP16/BF16 不改变输出；NF4、INT8、FP8 会改变输出，换用前请在自己的评测集上检查质量"
-        if zh
-        else "accuracy: FP16/BF16 keep outputs; NF4, INT8 and FP8 change them, so check quality "
-        "on your own evaluation set before switching"
+        Text(
+            "accuracy: FP16/BF16 keep outputs; NF4, INT8 and FP8 change them, so check quality "
+            "on your own evaluation set before switching",
+            "精度：FP16/BF16 不改变输出；NF4、INT8、FP8 会改变输出，换用前请在自己的评测集上检查质量",
+        )
     )
-    title = "其他取舍" if zh else "Other trade-offs"
-    return [list_head(title, labels), *(f"- {line}" for line in out), ""]
+    lines = (f"- {line.get(answer.language)}" for line in out)
+    return [list_head(labels["trade_offs"], labels), *lines, ""]
 
 
 def _compare_models(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
-    out = [
-        heading(
-            "Measured on " + str(result.extra.get("gpu"))
-            if answer.language == "en"
-            else f"{result.extra.get('gpu')} 上的实测",
-            markdown,
-            labels,
-        )
-    ]
+    out = [heading(labels["measured_on"].format(gpu=result.extra.get("gpu")), markdown, labels)]
     rows = [
         [
             str(r["model"]),
@@ -296,10 +271,7 @@ def optimize_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
     rejected = result.extra.get("rejected") or []
     if rejected:
         names = sorted({f"{r['precision']} ({', '.join(r['rejected_by'])})" for r in rejected})
-        out.append(
-            ("Ruled out: " if answer.language == "en" else "已排除：")
-            + labels["semicolon"].join(names)
-        )
+        out.append(labels["ruled_out"] + labels["semicolon"].join(names))
         out.append("")
     out += _side_by_side(answer, labels, markdown)
     return out
@@ -417,24 +389,15 @@ def _saving_line(
     """Already the greenest; an extra cost when the recommendation uses more energy (chat
     forces BS 1 on a setup that batches), said so instead of a negative saving; else the
     saving."""
-    en = answer.language == "en"
     if pct is not None and abs(pct) < 0.05:
-        return (
-            "Already the greenest option the data supports."
-            if en
-            else "已经是数据支持的最省电配置。"
-        )
+        return labels["greenest"]
     if saving < 0 or (pct is not None and pct < 0):
-        more = ""
-        if pct is not None:
-            more = f" ({-pct:.1f}% more energy)" if en else f"（能耗增加 {-pct:.1f}%）"
+        more = "" if pct is None else labels["more_energy"].format(pct=-pct)
         return (
             f"{labels['extra_cost']}{labels['colon']}{amount.replace('-', '')} "
             f"{labels['per_month']}{more}{labels['stop']}"
         )
-    less = ""
-    if pct is not None:
-        less = f" ({pct:.1f}% less energy)" if en else f"（能耗降低 {pct:.1f}%）"
+    less = "" if pct is None else labels["less_energy"].format(pct=pct)
     return (
         f"{labels['saving']}{labels['colon']}{amount} {labels['per_month']}{less}{labels['stop']}"
     )
@@ -452,7 +415,7 @@ def batching_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
 
 def estimate_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
-    out = [heading("Estimate" if answer.language == "en" else "估算", markdown, labels)]
+    out = [heading(labels["estimate"], markdown, labels)]
     if (result.current or {}).get("tier", "none") == "none":
         out.append(
             labels["not_available"]
@@ -463,7 +426,7 @@ def estimate_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
         return out
     method = (result.current or {}).get("method")
     if method:
-        out.append(("Method: " if answer.language == "en" else "方法：") + str(method))
+        out.append(labels["method"] + str(method))
         out.append("")
     out += _side_by_side(answer, labels, markdown)
     return out
@@ -471,17 +434,13 @@ def estimate_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
 
 def audit_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     extra = answer.result.extra
-    zh = answer.language == "zh"
-    lines = extra.get("code_lines") or 0
-    if lines:
-        return [
-            f"代码：问题中粘贴的 {lines} 行，按文本审计（不会运行）。"
-            if zh
-            else f"Code: {lines} {'line' if lines == 1 else 'lines'} pasted into the question, "
+    n = extra.get("code_lines") or 0
+    if n:
+        code = Text(
+            f"Code: {n} {'line' if n == 1 else 'lines'} pasted into the question, "
             "audited as text (never run).",
-            "",
-        ]
+            f"代码：问题中粘贴的 {n} 行，按文本审计（不会运行）。",
+        )
+        return [code.get(answer.language), ""]
     paths = extra.get("paths") or []
-    if not paths:
-        return []
-    return [("文件：" if zh else "Files: ") + ", ".join(paths), ""]
+    return [labels["files"] + ", ".join(paths), ""] if paths else []
