@@ -93,11 +93,7 @@ def _explained_lines(
         out += make_table(headers, ev_rows, markdown)
         others = sorted({str(e.get("gpu")) for e in ev if e.get("gpu") != gpu})
         if gpu and others and all(e.get("gpu") != gpu for e in ev):
-            out.append(
-                f"(rows measured on {', '.join(others)}: none of this trap's evidence rows is on {gpu})"
-                if answer.language == "en"
-                else f"（以上数据测于 {', '.join(others)}：该陷阱没有 {gpu} 上的数据）"
-            )
+            out.append(labels["elsewhere"].format(others=", ".join(others), gpu=gpu))
     out.append("")
     return out
 
@@ -120,33 +116,12 @@ def _verify_steps(answer: Answer, labels: dict[str, str], markdown: bool) -> lis
         f"--prompt-tokens {prompt} --generation-tokens {gen}"
     )
     code = f"`{bench}`" if markdown else bench
-    zh = answer.language == "zh"
-    quality = bool(rec.get("changes_outputs"))
-    steps = (
-        [
-            f"应用修复：{rec.get('fix') or ''}",
-            f"在同一台机器、同样的输入长度和 max_new_tokens 下，测量修复前后的每千 token 能耗：{code}",
-            "修复后的能耗应接近上表的参考值；若差距仍超过 20%，检查功耗上限、频率和 GPU 上的其他任务。",
-        ]
-        if zh
-        else [
-            f"Apply the fix: {rec.get('fix') or ''}",
-            f"Measure J per 1k tokens before and after on the same machine, prompt length and "
-            f"max_new_tokens: {code}",
-            "After the fix the energy should land near the reference figures above; if it is "
-            "still more than 20% off, check the power limit, clocks and other jobs on the GPU.",
-        ]
-    )
-    if quality:
-        steps.append(
-            "这个修复会改变输出：在你自己的评测集上对比修复前后的质量。"
-            if zh
-            else "This fix changes outputs: compare quality on your own evaluation set before "
-            "and after."
-        )
-    title = "验证修复" if zh else "Verify the fix"
+    steps = [labels["v_apply"] + (rec.get("fix") or ""), labels["v_measure"] + code]
+    steps.append(labels["v_near"])
+    if rec.get("changes_outputs"):
+        steps.append(labels["v_quality"])
     return [
-        heading(title, markdown, labels),
+        heading(labels["verify"], markdown, labels),
         *(f"{i}. {s}" for i, s in enumerate(steps, start=1)),
         "",
     ]
@@ -173,11 +148,7 @@ def _crossovers(answer: Answer, labels: dict[str, str], markdown: bool) -> list[
     items = answer.result.extra.get("crossovers") or []
     if not items:
         return []
-    title = (
-        "Crossover size (quantization saves energy above it)"
-        if answer.language == "en"
-        else "交叉点（模型大于它时量化才省电）"
-    )
+    title = labels["crossover"]
     rows = [
         [
             c["architecture"],

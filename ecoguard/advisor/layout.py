@@ -67,6 +67,29 @@ _LABEL_TEXTS = {
         "{p} vs FP16, same-session pairs: {parts}; the table uses their median",
         "{p} 相对 FP16（同一会话配对）：{parts}；表中取其中位数",
     ),
+    "elsewhere": Text(
+        "(rows measured on {others}: none of this trap's evidence rows is on {gpu})",
+        "（以上数据测于 {others}：该陷阱没有 {gpu} 上的数据）",
+    ),
+    "verify": Text("Verify the fix", "验证修复"),
+    "v_apply": Text("Apply the fix: ", "应用修复："),
+    "v_measure": Text(
+        "Measure J per 1k tokens before and after on the same machine, prompt length and "
+        "max_new_tokens: ",
+        "在同一台机器、同样的输入长度和 max_new_tokens 下，测量修复前后的每千 token 能耗：",
+    ),
+    "v_near": Text(
+        "After the fix the energy should land near the reference figures above; if it is "
+        "still more than 20% off, check the power limit, clocks and other jobs on the GPU.",
+        "修复后的能耗应接近上表的参考值；若差距仍超过 20%，检查功耗上限、频率和 GPU 上的其他任务。",
+    ),
+    "v_quality": Text(
+        "This fix changes outputs: compare quality on your own evaluation set before and after.",
+        "这个修复会改变输出：在你自己的评测集上对比修复前后的质量。",
+    ),
+    "crossover": Text(
+        "Crossover size (quantization saves energy above it)", "交叉点（模型大于它时量化才省电）"
+    ),
     "by_precision": Text("J per 1k tokens by precision", "各精度每千 token 能耗"),
     "measured_on": Text("Measured on {gpu}", "{gpu} 上的实测"),
     "ruled_out": Text("Ruled out: ", "已排除："),

@@ -110,10 +110,8 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
             if PROTOCOLS[result.protocol].prices_recommendation
             else "equivalent_current"
         ]
-        if lang == "zh":
-            out.append(f"{label}：" + "；".join(result.equivalents) + "。")
-        else:
-            out.append(f"{label}: " + "; ".join(result.equivalents) + ".")
+        listed = labels["semicolon"].join(result.equivalents)
+        out.append(f"{label}{labels['colon']}{listed}{labels['stop']}")
         out.append("")
     out.extend(_honesty(answer, labels))
     notes = list(result.notes)
@@ -215,7 +213,7 @@ def _where(finding: Any, language: str) -> str:
     if loc is None or loc.line is None:
         return ""
     if loc.path == "<question>":
-        return f"第 {loc.line} 行 " if language == "zh" else f"line {loc.line}: "
+        return Text(f"line {loc.line}: ", f"第 {loc.line} 行 ").get(language)
     cell = f"[{loc.cell}]" if loc.cell is not None else ""
     return f"{loc.path}{cell}:{loc.line}: "
 
@@ -258,21 +256,19 @@ def _out_of_data(answer: Answer, labels: dict[str, str], lang: str, markdown: bo
     steps = list(_MEASUREMENT_STEPS.get(lang, _MEASUREMENT_STEPS["en"]))
     vendor = answer.vendor
     if vendor is not None:
-        tool = vendor.power_tool.get(lang)
-        steps[2] = (
+        name, tool = vendor.name, vendor.power_tool
+        steps[2] = Text(
             f"`ecoguard bench` reads power through NVML, which exists only on NVIDIA GPUs; on "
-            f"{vendor.name} read power with {tool} at >= 10 Hz around each run and report J per "
-            "1k generated tokens, tok/s and average W; measure idle power separately."
-            if lang == "en"
-            else f"`ecoguard bench` 通过 NVML 读取功耗，只适用于 NVIDIA GPU；在 {vendor.name} 上请用 {tool} "
-            "以 >= 10 Hz 采样每次运行的功耗，报告每千个生成 token 的焦耳数、tok/s 和平均功率；空闲功耗单独测量。"
-        )
-        steps[4] = (
+            f"{name} read power with {tool.en} at >= 10 Hz around each run and report J per "
+            "1k generated tokens, tok/s and average W; measure idle power separately.",
+            f"`ecoguard bench` 通过 NVML 读取功耗，只适用于 NVIDIA GPU；在 {name} 上请用 {tool.zh} "
+            "以 >= 10 Hz 采样每次运行的功耗，报告每千个生成 token 的焦耳数、tok/s 和平均功率；空闲功耗单独测量。",
+        ).get(lang)
+        steps[4] = Text(
             f"Compare with an NVIDIA baseline only as a ratio measured the same way; no figure in "
-            f"the reference data is carried to {vendor.name}."
-            if lang == "en"
-            else f"与 NVIDIA 基线对比时，只比较用同样方法测出的比值；参考数据中的数字不会换算到 {vendor.name}。"
-        )
+            f"the reference data is carried to {name}.",
+            f"与 NVIDIA 基线对比时，只比较用同样方法测出的比值；参考数据中的数字不会换算到 {name}。",
+        ).get(lang)
     out.extend(f"{i}. {s}" for i, s in enumerate(steps, start=1))
     out.append("")
     return out
