@@ -63,6 +63,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,12 @@ class Budget:
         return self.limit_s - (time.monotonic() - self.started)
 
     def arm(self) -> threading.Timer:
+        """Start the limit's timer (call from the main thread). A run started with SIGINT
+        ignored (``nohup ... &``, a background job) would never see the interrupt, so the
+        default handler is put back first."""
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
         def expire() -> None:
             self.expired = True
             _thread.interrupt_main()
