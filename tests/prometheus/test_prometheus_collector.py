@@ -224,6 +224,54 @@ def test_config_info_and_internal_faults():
         reset_faults()
 
 
+def test_config_info_labels_come_from_one_declaration():
+    """CONFIG_INFO's label names and the values written are both CONFIG_LABELS; each value is
+    spelled as before the table (optional figures blank, flags lower case, numbers %g)."""
+    from ecoguard import __version__
+    from ecoguard.export.prometheus.spec import CONFIG_INFO, CONFIG_LABELS, config_values
+
+    assert CONFIG_INFO.labels == tuple(label.name for label in CONFIG_LABELS)
+    settings = Settings(
+        rules={"int8-mixed": "off", "fp8-eager": "strict"},
+        price_usd_per_kwh=0.2,
+        pue=1.3,
+        batching=True,
+        max_wait_ms=2.5,
+        sample_hz=7.25,
+        ledger_path=None,
+    )
+    registry, _ = _registry(meter=prom.NO_METER, settings=settings)
+    info = next(f for f in registry.collect() if f.name == "ecoguard_config")
+    assert info.samples[0].labels == {
+        "version": __version__,
+        "mode": "warn",
+        "rules": "fp8-eager:strict,int8-mixed:off",
+        "backend": "auto",
+        "simulated_gpu": "a800",
+        "sample_hz": "7.25",
+        "measure": "true",
+        "region": "us",
+        "price_usd_per_kwh": "0.2",
+        "grid_gco2_per_kwh": "",
+        "pue": "1.3",
+        "monthly_requests": "1000000",
+        "batching": "true",
+        "max_batch_size": "16",
+        "max_wait_ms": "2.5",
+        "ledger": "off",
+    }
+    assert config_values(settings) == list(info.samples[0].labels.values())
+
+
+def test_the_null_meter_serves_no_device_families():
+    registry, _ = _registry(meter=prom.NO_METER)
+    names = {family.name for family in registry.collect()}
+    assert not any(name.startswith(("ecoguard_gpu_", "ecoguard_sampler_")) for name in names)
+    registry, _ = _registry(meter=FakeMeter.with_gpus(0))  # a meter that sees no GPU: empty
+    names = {family.name for family in registry.collect()}
+    assert "ecoguard_gpu_energy_joules" in names
+
+
 def test_a_failing_meter_is_a_counted_fault_and_the_scrape_goes_on():
     class BrokenMeter:
         def gpu_states(self):
