@@ -77,7 +77,7 @@ def _explained_lines(
             [
                 str(e.get("id", "-")),
                 str(e.get("precision", "-")),
-                fmt(e.get("energy_j_per_1k") or e.get("energy_per_1k_tokens_j")),
+                fmt(e.get("energy_j_per_1k")),
                 "-" if delta is None else f"{delta:+.1f}%",
                 tier_label(labels, e.get("tier", "-")),
             ]

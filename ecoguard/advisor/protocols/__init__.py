@@ -11,17 +11,13 @@ number: when the estimator has no basis, the cell says so (tier ``none``).
 
 from __future__ import annotations
 
-from ecoguard.advisor.estimates import estimate_dict, run_estimate, run_rules
+from ecoguard.advisor.estimates import estimate_dict, run_estimate
 from ecoguard.advisor.protocols.auditing import audit
 from ecoguard.advisor.protocols.base import (
-    BATCH_SIZES_BY_USE,
     MAX_REFERENCE_BATCH,
     TIE_FRACTION,
-    UNQUANTIZED,
     AdvisorResult,
-    Pricing,
     cite,
-    deployment_dict,
     figure,
     use_for_batch_size,
     with_precision,
@@ -32,17 +28,13 @@ from ecoguard.advisor.protocols.estimating import estimate
 from ecoguard.advisor.protocols.optimizing import optimize
 
 __all__ = [
-    "BATCH_SIZES_BY_USE",
     "MAX_REFERENCE_BATCH",
     "TIE_FRACTION",
-    "UNQUANTIZED",
     "AdvisorResult",
-    "Pricing",
     "audit",
     "cite",
     "compare",
     "compare_across_models",
-    "deployment_dict",
     "diagnose",
     "estimate",
     "estimate_dict",
@@ -51,7 +43,6 @@ __all__ = [
     "general_traps",
     "optimize",
     "run_estimate",
-    "run_rules",
     "use_for_batch_size",
     "with_precision",
 ]
