@@ -89,6 +89,8 @@ def install(
     """Turn the guard on (again): returns the Settings in force.
 
     ``settings`` replaces the environment as the base; the keyword arguments override either.
+    The named keywords' None means "not given"; any other Settings field passed as None is set
+    to None (``ledger_path=None``: no ledger, as ``Settings(ledger_path=None)`` reads).
     Unknown keywords or bad values raise UsageError. Calling it twice patches once; a second
     call with other arguments updates the settings."""
     overrides = {
@@ -102,7 +104,7 @@ def install(
         **more,
     }
     overrides = {key: value for key, value in overrides.items() if value is not None}
-    unknown = set(overrides) - set(Settings.__dataclass_fields__)
+    unknown = set(more) - set(Settings.__dataclass_fields__)
     if unknown:
         raise UsageError(
             f"unknown install() argument(s) {', '.join(sorted(unknown))}; accepted: "
@@ -114,6 +116,9 @@ def install(
         if isinstance(overrides.get("rules"), str):
             overrides["rules"] = parse_rule_overrides(overrides["rules"])
         settings = settings.with_(**overrides)
+    cleared = {key: None for key, value in more.items() if value is None}
+    if cleared:  # explicit None (it left the default ledger on before)
+        settings = settings.with_(**cleared)
     _register_fork_hook()
     with _lock:
         if RUNTIME.settings != settings or not RUNTIME.active:

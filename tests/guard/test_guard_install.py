@@ -59,6 +59,23 @@ def test_install_settings_and_bad_arguments():
         install(mode="loud")
 
 
+def test_an_explicit_none_clears_the_field(monkeypatch, tmp_path):
+    """install(ledger_path=None) means no ledger; it left the default ledger on (None was read
+    as "not given"), so a caller asking for none wrote to the user's real ledger."""
+    monkeypatch.delenv("ECOGUARD_LEDGER", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    try:
+        assert install(measure=False).ledger_path is not None  # not given: the default
+        assert install(measure=False, ledger_path=None).ledger_path is None
+        priced = install(measure=False, price_usd_per_kwh=0.5)
+        assert priced.price_usd_per_kwh == 0.5
+        assert install(measure=False, price_usd_per_kwh=None).price_usd_per_kwh is None
+        with pytest.raises(UsageError, match="unknown install"):
+            install(colour=None)
+    finally:
+        uninstall()
+
+
 def test_import_ecoguard_first_then_transformers_with_stale_hooks():
     """Hooks from an earlier install/uninstall stay registered (wrapt cannot remove them) but
     do nothing; the current install's hook patches exactly once."""
