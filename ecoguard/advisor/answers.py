@@ -47,6 +47,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec
 from ecoguard.errors import UsageError
 from ecoguard.findings import Mood, weakest_tier
+from ecoguard.knowledge.served import CONTINUOUS_BATCHING_ENGINES
 from ecoguard.rules.table import ROWS
 
 
@@ -230,18 +231,32 @@ def _answer(
     the extrapolated tier of a borrowed GPU profile, warnings, honesty notes."""
     lang = question.language
     serving = question.serving or (question.use is None and dep.use == "api")
+    engine_batches = _engine_batches(question, dep)
+    if engine_batches:
+        dep, defaults = _batched_by_engine(question, dep, defaults)
     requests, volume_conversions = monthly_requests(question, dep, settings)
     spec = PROTOCOLS[question.protocol]
     listed_volume = volume_default(question, requests, settings, spec.lists_volume)
     if listed_volume is not None:
         defaults.append(listed_volume)
     monthly = requests if requests is not None else settings.monthly_requests
-    max_batch = _max_batch(question, dep, settings, monthly, serving)
-    result = spec.run(_request(question, dep, settings, requests, max_batch, serving))
+    max_batch = (
+        dep.batch_size if engine_batches else _max_batch(question, dep, settings, monthly, serving)
+    )
+    # The requests in flight are the engine's batch already: no batcher, no batch-size-one.
+    asked = replace(question, concurrency=dep.batch_size) if engine_batches else question
+    result = spec.run(_request(asked, dep, settings, requests, max_batch, serving))
+    if engine_batches:  # the engine batches; ecoguard's batcher is not put in front of it
+        result = replace(result, batching=None)
     if requests is None and spec.lists_volume == "when_batched" and result.mood != Mood.GRAY:
         defaults.append(volume_default_entry(settings))  # the batching advice uses it
     batching = result.batching
-    if batching is None and result.deployment is not None and result.mood != Mood.GRAY:
+    if (
+        batching is None
+        and result.deployment is not None
+        and result.mood != Mood.GRAY
+        and not engine_batches
+    ):
         # compare and diagnose: the batching advice for the deployment asked about.
         batching = _advice_for(question, dep, settings, monthly, serving)
         local = question.price_currency not in (None, "USD", "CNY")
@@ -267,6 +282,45 @@ def _answer(
         gpu_match=gpu_match,
         warnings=tuple(warnings),
     )
+
+
+def _engine_batches(question: Question, dep: Deployment) -> bool:
+    """An engine that batches the requests in flight itself (vLLM, SGLang, TGI, TensorRT-LLM)
+    serves the deployment and no batch size is stated: the batch is the engine's."""
+    return (
+        question.batch_size is None
+        and dep.use != "batch"
+        and dep.engine in CONTINUOUS_BATCHING_ENGINES
+    )
+
+
+def _batched_by_engine(
+    question: Question, dep: Deployment, defaults: list[Default]
+) -> tuple[Deployment, list[Default]]:
+    """The engine's continuous batching decides the batch size: the stated concurrency (the
+    requests in flight it batches), else one request per step, the most energy per token (a
+    ceiling: the figures fall as requests overlap). Listed as a default that says so."""
+    engine = CONTINUOUS_BATCHING_ENGINES[dep.engine or ""]
+    if question.concurrency:
+        size = min(question.concurrency, protocols.MAX_REFERENCE_BATCH)
+        how = Text(
+            f"{engine} batches the {question.concurrency:,} requests in flight itself "
+            "(continuous batching); say e.g. 'batch size 8' or --batch-size 8",
+            f"{engine} 会自行合并同时在途的 {question.concurrency:,} 个请求（连续批处理）；"
+            "写明批大小，例如“批大小 8”，或用 --batch-size 8",
+        )
+    else:
+        size = 1
+        how = Text(
+            f"{engine} batches concurrent requests itself (continuous batching); with no "
+            "concurrency stated the figures are for one request per step, the most energy per "
+            "token; say e.g. '32 requests at once', 'batch size 8' or --batch-size 8",
+            f"{engine} 会自行合并并发请求（连续批处理）；未写明并发数，按每步一个请求计，"
+            "即每 token 能耗的上限；写明并发（如“并发 32”）或批大小（如“批大小 8”、--batch-size 8）",
+        )
+    entry = Default("batch_size", size, how)
+    listed = [entry if d.field == "batch_size" else d for d in defaults]
+    return dep.with_(batch_size=size), listed
 
 
 def _advice_for(

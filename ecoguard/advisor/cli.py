@@ -15,6 +15,8 @@ from typing import Any
 from ecoguard.config import Settings
 
 FORMATS = ("md", "text", "json")
+# The serving engines a flags command may name (the parser reads the same from words).
+ENGINES = ("vllm", "sglang", "tgi", "tensorrt_llm", "llamacpp")
 
 
 def _output_flags(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +42,13 @@ def _deployment_flags(parser: argparse.ArgumentParser, *, precision_help: str) -
     parser.add_argument("--generation-tokens", type=int, default=None)
     parser.add_argument("--requests-per-month", type=int, default=None)
     parser.add_argument("--region", default=None, help="us, china, eu, uk, fr, de, in, jp, ca")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="serving engine: its FP8 is fused kernels and vllm/sglang/tgi/tensorrt_llm batch "
+        "concurrent requests themselves (default: transformers' generate)",
+    )
     parser.add_argument(
         "--language",
         choices=("en", "zh"),
@@ -185,6 +194,7 @@ _FACT_FLAGS = (
     "region",
     "use",
     "language",
+    "engine",
 )
 
 

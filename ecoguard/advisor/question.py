@@ -61,6 +61,9 @@ class Default:
         return cls(field, value, HOW_TO_STATE[field])
 
 
+# The serving engines a question may name (Deployment.engine; the CLI's --engine choices).
+SERVING_ENGINES = ("vllm", "sglang", "tgi", "tensorrt_llm", "llamacpp")
+
 # How to state each fact a question left out (the note beside its default).
 HOW_TO_STATE: dict[str, Text] = {
     "gpu": Text(
@@ -173,6 +176,7 @@ class Question:
         observed_throughput_tok_s: float | None = None,
         observed_power_w: float | None = None,
         observed_energy_j_per_1k: float | None = None,
+        engine: str | None = None,
     ) -> Question:
         """The facts named as CLI flags or MCP tool arguments, read as the same facts stated in a
         question: a volume without a use is a service from many users, an API is served, a
@@ -182,6 +186,8 @@ class Question:
             raise UsageError(f"unknown protocol {protocol!r}; one of: {', '.join(FLAG_PROTOCOLS)}")
         if language not in ("en", "zh"):
             raise UsageError(f"unknown language {language!r}; one of: en, zh")
+        if engine is not None and engine not in SERVING_ENGINES:
+            raise UsageError(f"unknown engine {engine!r}; one of: {', '.join(SERVING_ENGINES)}")
         canonical = normalize_precision(precision) if precision is not None else None
         volume = requests_per_month is not None
         use, serving, why = _use_fact(use, volume)
@@ -209,6 +215,7 @@ class Question:
             observed_energy_j_per_1k=observed_energy_j_per_1k,
             serving=serving,
             use_reason=why,
+            engine=engine,
         )
 
     @property

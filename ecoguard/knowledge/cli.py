@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from dataclasses import replace
 
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, ModelSpec, normalize_precision
@@ -57,6 +58,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--precision", default="fp16", help="fp16, bf16, nf4, int8_mixed, ... (default fp16)"
     )
     est.add_argument("--batch-size", type=int, default=1)
+    est.add_argument(
+        "--gpu-count",
+        type=int,
+        default=1,
+        help="GPUs the model is spread over (tensor parallel): energy for all, VRAM per card",
+    )
+    est.add_argument(
+        "--engine",
+        choices=("vllm", "sglang", "tgi", "tensorrt_llm", "llamacpp"),
+        default=None,
+        help="serving engine (its FP8 is fused kernels, priced from FP16; default: none)",
+    )
     est.add_argument("--prompt-tokens", type=int, default=None)
     est.add_argument("--generation-tokens", type=int, default=None)
     est.add_argument("--requests-per-month", type=int, default=None)
@@ -198,8 +211,9 @@ def _estimate(args: argparse.Namespace) -> int:
     region(settings.region)  # an unknown ECOGUARD_REGION is a usage error, said early
     deployment = Deployment(
         model=spec,
-        gpu=gpu.to_gpu_spec(),
+        gpu=replace(gpu.to_gpu_spec(), count=args.gpu_count),
         precision=precision,
+        engine=args.engine,
         batch_size=args.batch_size,
         prompt_tokens=args.prompt_tokens,
         generation_tokens=args.generation_tokens,
@@ -230,7 +244,8 @@ def _print_estimate(result, vram_available_gb: float) -> None:
 
     d = result.deployment
     print(
-        f"{d.model.id or f'{d.model.params_b:g}B model'} on {d.gpu.profile}, {d.precision}, "
+        f"{d.model.id or f'{d.model.params_b:g}B model'} on "
+        f"{f'{d.gpu.count} x ' if d.gpu.count > 1 else ''}{d.gpu.profile}, {d.precision}, "
         f"batch {d.batch_size}"
     )
     print(f"  tier: {result.tier} (confidence {result.confidence})")

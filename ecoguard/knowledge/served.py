@@ -43,6 +43,15 @@ from ecoguard.knowledge.records import GpuProfile
 # engines of ecoguard.engines that load FP8 themselves, and TensorRT-LLM.
 FUSED_FP8_ENGINES = frozenset({"vllm", "sglang", "tgi", "tensorrt_llm"})
 
+# Engines that batch the requests in flight themselves (continuous batching), by their name in
+# Deployment.engine, with how to write it: a batch size nobody stated is theirs, not 1 by choice.
+CONTINUOUS_BATCHING_ENGINES: dict[str, str] = {
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "tgi": "TGI",
+    "tensorrt_llm": "TensorRT-LLM",
+}
+
 # Fused FP8 reads half of FP16's weight bytes per token: the lowest share of FP16's energy.
 FUSED_FP8_FLOOR = 0.5
 
@@ -130,6 +139,7 @@ def on_all_cards(figures: Figures, gpu: GpuProfile, count: int) -> Figures:
 
 
 __all__ = [
+    "CONTINUOUS_BATCHING_ENGINES",
     "FUSED_FP8_ENGINES",
     "FUSED_FP8_FLOOR",
     "Figures",
