@@ -172,7 +172,8 @@ def _warn_unmeasured(measurement: Measurement) -> None:
     label = f"({measurement.label!r})" if measurement.label is not None else "()"
     warnings.warn(
         f"ecoguard.measure{label} measures no energy here: {measurement.unmeasured_reason}. "
-        "Tokens are still counted; energy_j and joules_per_token stay None and tier is "
+        "The tokens of guarded generate calls are still counted (and m.add_tokens); energy_j "
+        "and joules_per_token stay None and tier is "
         "'unmeasured'. For simulated figures without a GPU set ECOGUARD_BACKEND=simulated; "
         "`ecoguard doctor` shows what the meter sees.",
         UnmeasuredWarning,
