@@ -27,11 +27,12 @@ from ecoguard.rules import evaluate
 
 @dataclass
 class Cells:
-    """One answer's memo: estimates and rule findings per (deployment, settings[, volume]), and
-    each estimate's JSON (held beside the estimate, so it is built once)."""
+    """One answer's memo: each estimate's JSON and the rule findings per (deployment,
+    settings[, volume])."""
 
-    estimates: dict[tuple[Deployment, str, int | None], Any] = field(default_factory=dict)
-    dicts: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    estimates: dict[tuple[Deployment, str, int | None], dict[str, Any]] = field(
+        default_factory=dict
+    )
     rules: dict[tuple[Deployment, str], tuple[Finding, ...]] = field(default_factory=dict)
 
     @contextmanager
@@ -56,16 +57,20 @@ def _hashable(key: object) -> bool:
     return True
 
 
-def run_estimate(deployment: Deployment, settings: Settings, requests_per_month: int | None) -> Any:
-    """The knowledge estimator, memoised in the active answer's cells."""
+def run_estimate(
+    deployment: Deployment, settings: Settings, requests_per_month: int | None
+) -> dict[str, Any]:
+    """The knowledge estimator's JSON for the deployment (a copy the caller may change;
+    ``{"tier": "none"}`` when it has nothing), memoised in the active answer's cells."""
     key = (deployment, repr(settings), requests_per_month)
     cells = _ACTIVE.get() if _hashable(key) else None
     if cells is not None and key in cells.estimates:
-        return cells.estimates[key]
-    result = estimate(deployment, settings=settings, requests_per_month=requests_per_month)
+        return dict(cells.estimates[key])
+    est = estimate(deployment, settings=settings, requests_per_month=requests_per_month)
+    out = {"tier": "none"} if est is None else dict(est.to_dict())
     if cells is not None:
-        cells.estimates[key] = result
-    return result
+        cells.estimates[key] = out
+    return dict(out)
 
 
 def run_rules(deployment: Deployment, settings: Settings) -> list[Finding]:
@@ -79,19 +84,3 @@ def run_rules(deployment: Deployment, settings: Settings) -> list[Finding]:
     if cells is not None:
         cells.rules[key] = found
     return list(found)
-
-
-def estimate_dict(est: Any) -> dict[str, Any]:
-    """The estimator's JSON (a copy the caller may change), or a tier-none dict if it has
-    nothing. Built once per estimate in the active answer (the cells hold the estimate, so its
-    id is not reused while it is there)."""
-    if est is None:
-        return {"tier": "none"}
-    cells = _ACTIVE.get()
-    held = cells.dicts.get(id(est)) if cells is not None else None
-    if held is not None and held[0] is est:
-        return dict(held[1])
-    out = dict(est.to_dict())
-    if cells is not None:
-        cells.dicts[id(est)] = (est, out)
-    return dict(out)

@@ -210,20 +210,18 @@ def test_disagreeing_experiments_recommend_the_unquantized_setup_and_show_the_ra
 def test_batching_advice_numbers_follow_the_estimator() -> None:
     answer = advise("Mistral-7B on A800 serving 1M requests/month at batch size 1")
     advice = answer.batching
-    single = protocols.estimate_dict(
-        protocols.run_estimate(answer.result.deployment.with_(batch_size=1), Settings(), 1_000_000)
+    single = protocols.run_estimate(
+        answer.result.deployment.with_(batch_size=1), Settings(), 1_000_000
     )
     assert advice.seconds_per_request == pytest.approx(single["latency_s"])
     assert advice.gpu_days_per_month == pytest.approx(1_000_000 * single["latency_s"] / 86_400)
     assert advice.concurrency == pytest.approx(advice.gpu_days_per_month / 30)
     assert advice.target_batch == round(advice.concurrency)
     assert "ecoguard.install(batching=True" in advice.fix
-    target = protocols.estimate_dict(
-        protocols.run_estimate(
-            answer.result.deployment.with_(batch_size=advice.target_batch),
-            Settings(),
-            1_000_000,
-        )
+    target = protocols.run_estimate(
+        answer.result.deployment.with_(batch_size=advice.target_batch),
+        Settings(),
+        1_000_000,
     )
     expected = (1 - target["energy_per_1k_tokens_j"] / single["energy_per_1k_tokens_j"]) * 100
     assert advice.saving_pct == pytest.approx(expected, abs=0.1)

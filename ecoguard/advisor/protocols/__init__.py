@@ -11,7 +11,7 @@ number: when the estimator has no basis, the cell says so (tier ``none``).
 
 from __future__ import annotations
 
-from ecoguard.advisor.estimates import estimate_dict, run_estimate
+from ecoguard.advisor.estimates import run_estimate
 from ecoguard.advisor.protocols.auditing import audit
 from ecoguard.advisor.protocols.base import (
     MAX_REFERENCE_BATCH,
@@ -37,7 +37,6 @@ __all__ = [
     "compare_across_models",
     "diagnose",
     "estimate",
-    "estimate_dict",
     "figure",
     "general_trap_rule",
     "general_traps",

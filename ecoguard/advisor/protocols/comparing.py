@@ -7,11 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ecoguard.advisor.estimates import (
-    estimate_dict,
-    run_estimate,
-    run_rules,
-)
+from ecoguard.advisor.estimates import run_estimate, run_rules
 from ecoguard.advisor.protocols.base import (
     TIE_FRACTION,
     UNQUANTIZED,
@@ -82,14 +78,10 @@ def compare(
     settings = settings or Settings()
     if deployment.model.params_b is None and deployment.model.id is None:
         raise UsageError("compare needs a model (an id like Qwen2.5-7B or a size like 7B)")
-    baseline = estimate_dict(
-        run_estimate(with_precision(deployment, "fp16"), settings, requests_per_month)
-    )
+    baseline = run_estimate(with_precision(deployment, "fp16"), settings, requests_per_month)
     base_energy = figure(baseline, "energy_per_1k_tokens_j")
     estimates = [
-        estimate_dict(
-            run_estimate(with_precision(deployment, precision), settings, requests_per_month)
-        )
+        run_estimate(with_precision(deployment, precision), settings, requests_per_month)
         for precision in precisions or PRECISIONS
     ]
     cells = [

@@ -6,11 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ecoguard.advisor.estimates import (
-    estimate_dict,
-    run_estimate,
-    run_rules,
-)
+from ecoguard.advisor.estimates import run_estimate, run_rules
 from ecoguard.advisor.protocols.base import (
     AdvisorResult,
     cited_result,
@@ -153,7 +149,7 @@ def _expectation(
     if candidates and (deployment.precision is None or candidates[0].precision == dep.precision):
         expected = candidates[0].estimate
     else:
-        expected = estimate_dict(run_estimate(dep, settings, requests_per_month))
+        expected = run_estimate(dep, settings, requests_per_month)
     return _Expectation(dep, expected, candidates, notes)
 
 
@@ -166,9 +162,7 @@ def _rank_precisions(
     """Each precision's distance from what the user sees (mean |log ratio|), nearest first."""
     candidates: list[_Candidate] = []
     for precision in [deployment.precision] if deployment.precision else PRECISIONS:
-        est = estimate_dict(
-            run_estimate(with_precision(deployment, precision), settings, requests_per_month)
-        )
+        est = run_estimate(with_precision(deployment, precision), settings, requests_per_month)
         gaps = [
             abs(math.log(value / expected))
             for key, value in observed.items()

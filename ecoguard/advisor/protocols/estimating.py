@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ecoguard.advisor.estimates import (
-    estimate_dict,
-    run_estimate,
-    run_rules,
-)
+from ecoguard.advisor.estimates import run_estimate, run_rules
 from ecoguard.advisor.protocols.base import (
     AdvisorResult,
     Pricing,
@@ -44,7 +40,7 @@ def estimate(
     (and optimize's batching advice and finding); ``lossless``: see ``optimize``."""
     settings = settings or Settings()
     requests = requests_per_month if requests_per_month is not None else settings.monthly_requests
-    current = estimate_dict(run_estimate(deployment, settings, requests))
+    current = run_estimate(deployment, settings, requests)
     optimized_result = _optimized(
         deployment,
         settings=settings,

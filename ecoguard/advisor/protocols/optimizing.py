@@ -6,11 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ecoguard.advisor.estimates import (
-    estimate_dict,
-    run_estimate,
-    run_rules,
-)
+from ecoguard.advisor.estimates import run_estimate, run_rules
 from ecoguard.advisor.protocols.base import (
     BATCH_SIZES_BY_USE,
     MAX_REFERENCE_BATCH,
@@ -141,7 +137,7 @@ def optimize(
     use = _checked_use(deployment, use)
     sizes = _batch_sizes(deployment, use, batch_sizes, max_batch)
     current_dep = _current(deployment, use)
-    current_est = estimate_dict(run_estimate(current_dep, settings, requests_per_month))
+    current_est = run_estimate(current_dep, settings, requests_per_month)
     current_findings = run_rules(current_dep, settings)
     tried = [p for p in precisions or PRECISIONS if p in UNQUANTIZED or not lossless]
     candidates, rejected = _candidates(current_dep, tried, sizes, settings, requests_per_month)
@@ -313,9 +309,7 @@ def _candidates(
     for precision in precisions:
         for batch in sizes:
             dep = with_precision(current, precision).with_(batch_size=batch)
-            cell = _Cell.of(
-                precision, batch, estimate_dict(run_estimate(dep, settings, requests_per_month))
-            )
+            cell = _Cell.of(precision, batch, run_estimate(dep, settings, requests_per_month))
             if cell is None:
                 continue  # nothing supports this cell; it is not a candidate
             blocking = _blocking(run_rules(dep, settings))
