@@ -164,3 +164,25 @@ def test_four_cards_are_priced_as_four_with_vram_per_card(capsys: Any) -> None:
     )
     assert flags["gpu_count"] == 4
     assert flags["energy_per_1k_tokens_j"] == cur4["energy_per_1k_tokens_j"]
+
+
+def test_an_engines_fp8_candidates_are_fused_in_compare_and_optimize(capsys: Any) -> None:
+    def fp8_rows(answer: dict[str, Any]) -> dict[str, float]:
+        return {
+            r["precision"]: r["energy_per_1k_tokens_j"]
+            for r in answer["rows"]
+            if r["precision"] in ("fp16", "fp8_weight_only", "fp8_dynamic")
+        }
+
+    served = _text("Compare all precisions for Qwen2.5-7B on H100 served by vLLM")
+    served.pop("parsed")
+    assert served == _flags(
+        ["compare", "--model", "Qwen2.5-7B", "--gpu", "h100", "--engine", "vllm"], capsys
+    )
+    rows = fp8_rows(served)
+    assert rows["fp8_weight_only"] == rows["fp8_dynamic"] == rows["fp16"]
+    eager = fp8_rows(_text("Compare all precisions for Qwen2.5-7B on H100"))
+    assert eager["fp8_dynamic"] > 1.5 * eager["fp16"]  # torchao's eager path, no engine
+    best = _text("Qwen2.5-7B on H100 served by vLLM, best config?")
+    assert not any(r["precision"].startswith("fp8") for r in best["rejected"])
+    assert {"fp8_weight_only", "fp8_dynamic"} <= {r["precision"] for r in best["rows"]}

@@ -13,6 +13,8 @@ from ecoguard.advisor.serving import BatchingAdvice
 from ecoguard.advisor.texts import Text
 from ecoguard.deployment import Deployment, QuantSpec
 from ecoguard.findings import Finding, Mood
+from ecoguard.knowledge.served import FUSED_FP8_ENGINES
+from ecoguard.quantization import fused_fp8
 
 # Batch sizes tried per use. Chat is interactive (one user waits on one stream); an API can
 # coalesce concurrent requests; an offline batch job can fill the GPU. Reference rows stop at 64.
@@ -116,7 +118,8 @@ def with_precision(
     deployment: Deployment, precision: str, *, compiled: bool | None = None
 ) -> Deployment:
     """The deployment loaded at another precision, with the quantization record a loader would
-    build for it (bitsandbytes for NF4/INT8, torchao for FP8)."""
+    build for it (bitsandbytes for NF4/INT8, torchao for FP8; an engine's own fused FP8 where
+    the deployment is served by vLLM, SGLang, TGI or TensorRT-LLM)."""
     quant = QuantSpec()
     dtype: str | None = precision if precision in UNQUANTIZED else "fp16"
     if precision in ("nf4", "nf4_dq"):
@@ -142,6 +145,8 @@ def with_precision(
             compiled=compiled,
         )
         dtype = "bf16"
+        if deployment.engine in FUSED_FP8_ENGINES:
+            quant = fused_fp8().quant
     return deployment.with_(precision=precision, quant=quant, dtype=dtype)
 
 
