@@ -63,7 +63,7 @@ class NearestProfile:
 
 
 def nearest_profile(
-    card: GpuProfile, profiles: dict[str, object], with_data: set[str] | None = None
+    card: GpuProfile, profiles: dict[str, GpuProfile], with_data: set[str] | None = None
 ) -> NearestProfile:
     """The closest profile: same architecture if any, else the nearest architecture by release;
     then the smallest log distance in memory bandwidth and board power (decode is
@@ -72,24 +72,23 @@ def nearest_profile(
     if with_data:
         kept = {k: p for k, p in profiles.items() if k in with_data}
         profiles = kept or profiles
-    archs = {getattr(p, "architecture", None) for p in profiles.values()}
+    archs = {p.architecture for p in profiles.values()}
     arch = card.architecture
     same_arch = arch in archs
     if not same_arch:
         rank = ARCH_ORDER.index(arch) if arch in ARCH_ORDER else 0
         present = [a for a in ARCH_ORDER if a in archs]
         arch = min(present, key=lambda a: abs(ARCH_ORDER.index(a) - rank))
-    pool = {k: p for k, p in profiles.items() if getattr(p, "architecture", None) == arch}
+    pool = {k: p for k, p in profiles.items() if p.architecture == arch}
 
-    def distance(profile: object) -> float:
-        bw = float(getattr(profile, "mem_bandwidth_gbs", 0) or 1)
-        tdp = float(getattr(profile, "tdp_w", 0) or 1)
-        return abs(math.log(bw / card.mem_bandwidth_gbs)) + abs(math.log(tdp / card.tdp_w))
+    def distance(p: GpuProfile) -> float:
+        return abs(math.log(p.mem_bandwidth_gbs / card.mem_bandwidth_gbs)) + abs(
+            math.log(p.tdp_w / card.tdp_w)
+        )
 
     key = min(sorted(pool), key=lambda k: distance(pool[k]))
     chosen = pool[key]
-    name = str(getattr(chosen, "name", key))
-    bw, tdp = getattr(chosen, "mem_bandwidth_gbs", 0), getattr(chosen, "tdp_w", 0)
+    name, bw, tdp = chosen.name, chosen.mem_bandwidth_gbs, chosen.tdp_w
     arch_en = (
         f"same architecture ({card.architecture})"
         if same_arch
