@@ -175,6 +175,8 @@ _COUNT_WORDS = {
 }  # fmt: skip
 _COUNT = r"(\d{1,3}|one|two|three|four|five|six|eight|sixteen|[一二两双三四五六八单])"
 _TIMES = r"^(\d{1,3})\s*[x×]$|^[x×](\d{1,3})$"
+# Words a GPU's name may start with before the part the tables match ("NVIDIA RTX 5090").
+_BRAND_WORDS = frozenset({"nvidia", "geforce", "rtx", "tesla", "quadro"})
 # Read only when the question holds one of _COUNT_GATE (compiled by re's cache on first use).
 _COUNT_GATE = ("tp", "tensor", "gpu", "card", "张", "块", "卡")
 _COUNT_PATTERNS = (
@@ -200,9 +202,12 @@ def gpu_count(text: str, words: list[Word], gpus: list[GpuMention]) -> tuple[int
     for i, (start, _end, _raw) in enumerate(words):
         if start not in starts:
             continue
-        before = words[i - 1][2].lower() if i > 0 else ""
-        if before in ("x", "×") and i > 1:
-            before = words[i - 2][2].lower() + "x"
+        j = i - 1  # the word before the name, past its brand words ("4x NVIDIA RTX 5090")
+        while j >= 0 and words[j][2].lower() in _BRAND_WORDS:
+            j -= 1
+        before = words[j][2].lower() if j >= 0 else ""
+        if before in ("x", "×") and j > 0:
+            before = words[j - 1][2].lower() + "x"
         m = re.match(_TIMES, before) or re.match(_TIMES, following(words, i))
         if m:
             return int(m.group(1) or m.group(2)), parallel

@@ -186,3 +186,24 @@ def test_an_engines_fp8_candidates_are_fused_in_compare_and_optimize(capsys: Any
     best = _text("Qwen2.5-7B on H100 served by vLLM, best config?")
     assert not any(r["precision"].startswith("fp8") for r in best["rejected"])
     assert {"fp8_weight_only", "fp8_dynamic"} <= {r["precision"] for r in best["rows"]}
+
+
+@pytest.mark.parametrize(
+    ("question", "count"),
+    [
+        ("Qwen2.5-14B on 2x RTX 5090, cost for 1M requests a month?", 2),
+        ("Qwen2.5-14B on 2 x RTX 4090D, cost for 1M requests a month?", 2),
+        ("Qwen2.5-14B on 4x NVIDIA A100 80GB, cost for 1M requests a month?", 4),
+    ],
+)
+def test_a_count_before_a_branded_name_is_read_and_vram_checked_per_card(
+    question: str, count: int
+) -> None:
+    # Qwen2.5-14B in FP16 (~33 GB) overflows one 32 GB RTX 5090 or 24 GB 4090D, fits on two.
+    many = _text(question)
+    assert many["parsed"]["gpu_count"] == count
+    assert many["current"]["gpu_count"] == count
+    assert not any(f["rule"] == "vram-overflow" for f in many["findings"])
+    one = _text(question.replace(f"{count}x ", "").replace(f"{count} x ", ""))
+    assert "gpu_count" not in one["parsed"]
+    assert any(f["rule"] == "vram-overflow" for f in one["findings"]) == (count == 2)
