@@ -1,11 +1,15 @@
 """Quantization under uncertainty: it changes outputs, so it is recommended only when its
 saving holds across what the experiments span: the upper end of the quantized p10-p90 range
-below the lower end of the unquantized one, or every same-session paired delta negative.
+below the lower end of the unquantized one, or every same-session paired delta negative; else
+the answer says why not (``uncertain_reason``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+from ecoguard.advisor.texts import Text
 
 
 def quantization_holds(quantized: dict[str, Any], unquantized: dict[str, Any]) -> bool:
@@ -25,3 +29,42 @@ def quantization_holds(quantized: dict[str, Any], unquantized: dict[str, Any]) -
         return False  # the sessions disagree and there is no range to settle it
     q, u = quantized.get("energy_per_1k_tokens_j"), unquantized.get("energy_per_1k_tokens_j")
     return isinstance(q, (int, float)) and isinstance(u, (int, float)) and q < u * 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """A configuration's energy figure as ``uncertain_reason`` states it: its precision, batch
+    size, J per 1k tokens and the estimate behind it (its range and same-session deltas)."""
+
+    precision: str
+    batch_size: int
+    energy_per_1k_tokens_j: float
+    estimate: dict[str, Any]
+
+
+def uncertain_reason(quantized: Quote, ref: Quote, language: str) -> str:
+    """Why a lower quantized figure is not recommended: its range and paired deltas."""
+    q_est, r_est = quantized.estimate, ref.estimate
+    q_range = q_est.get("energy_per_1k_tokens_j_range") or [None, None]
+    r_range = r_est.get("energy_per_1k_tokens_j_range") or [None, None]
+    pairs = [p["delta_pct"] for p in q_est.get("paired_deltas") or () if isinstance(p, dict)]
+    pair_text = ", ".join(f"{p:+.1f}%" for p in pairs)
+
+    def rng(bounds: list[Any]) -> str:
+        return "-" if None in bounds else f"{bounds[0]:,.0f}-{bounds[1]:,.0f}"
+
+    en = (
+        f"{quantized.precision} BS{quantized.batch_size} looks lower "
+        f"({quantized.energy_per_1k_tokens_j:,.0f} J/1k, range {rng(q_range)}) but the saving "
+        f"does not hold across the experiments ({ref.precision} range {rng(r_range)}"
+        + (f"; same-session deltas vs FP16: {pair_text}" if pairs else "")
+        + "), and quantizing changes outputs: the unquantized configuration is recommended"
+    )
+    zh = (
+        f"{quantized.precision} 批大小 {quantized.batch_size} 看起来更低"
+        f"（{quantized.energy_per_1k_tokens_j:,.0f} J/1k，区间 {rng(q_range)}），但在各次实验中"
+        f"节能并不稳定（{ref.precision} 区间 {rng(r_range)}"
+        + (f"；同一会话相对 FP16 的变化：{pair_text}" if pairs else "")
+        + "），而且量化会改变输出：推荐不量化的配置"
+    )
+    return Text(en, zh).get(language)

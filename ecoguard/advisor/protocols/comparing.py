@@ -12,15 +12,13 @@ from ecoguard.advisor.protocols.base import (
     TIE_FRACTION,
     UNQUANTIZED,
     AdvisorResult,
-    Quote,
     cited_result,
     figure,
     monthly_of,
-    uncertain_reason,
     with_precision,
 )
 from ecoguard.advisor.texts import Text
-from ecoguard.advisor.uncertainty import quantization_holds
+from ecoguard.advisor.uncertainty import Quote, quantization_holds, uncertain_reason
 from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment, GpuSpec
 from ecoguard.errors import UsageError

@@ -13,19 +13,17 @@ from ecoguard.advisor.protocols.base import (
     TIE_FRACTION,
     UNQUANTIZED,
     AdvisorResult,
-    Quote,
     cited_result,
     equivalents,
     figure,
     monthly_of,
     plural,
-    uncertain_reason,
     use_for_batch_size,
     with_precision,
 )
 from ecoguard.advisor.serving import batching_advice, batching_finding
 from ecoguard.advisor.texts import Text
-from ecoguard.advisor.uncertainty import quantization_holds
+from ecoguard.advisor.uncertainty import Quote, quantization_holds, uncertain_reason
 from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment
 from ecoguard.errors import UsageError
