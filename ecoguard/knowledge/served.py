@@ -88,7 +88,8 @@ def as_fused_fp8(figures: Figures, engine: str | None) -> Figures:
     """The FP16 figures of the configuration read as fused FP8: the same figure as a ceiling,
     the range down to half of its low end (the weight-byte ratio)."""
     tier = "extrapolated" if figures.tier == "extrapolated" else "derived"
-    how = f"{engine}'s fused FP8 kernels" if engine else "FP8 as fused kernels (FP8 checkpoint)"
+    name = CONTINUOUS_BATCHING_ENGINES.get(engine or "", engine)
+    how = f"{name}'s fused FP8 kernels" if name else "FP8 as fused kernels (FP8 checkpoint)"
     method = (
         f"{how}: no measured fused-FP8 row (the reference FP8 rows are torchao's eager path, "
         "not read for it); priced at this configuration's FP16 figure, a ceiling (fused FP8 "

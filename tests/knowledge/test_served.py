@@ -33,7 +33,8 @@ def test_an_engines_fp8_is_priced_from_fp16_not_torchao_eager_rows(engine: str) 
     fp16_low, fp16_high = fp16.energy_per_1k_tokens_j_range
     assert low == pytest.approx(fp16_low * FUSED_FP8_FLOOR) and high == pytest.approx(fp16_high)
     assert not any("fp8" in row for row in fused.rows)  # no torchao FP8 row read
-    assert f"{engine}'s fused FP8 kernels" in fused.method
+    shown = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "tensorrt_llm": "TensorRT-LLM"}
+    assert f"{shown[engine]}'s fused FP8 kernels" in fused.method
     assert "no measured fused-FP8 row" in fused.method
     assert fused.tier == "extrapolated"  # H100's FP16 is itself carried from other GPUs
     assert fused.confidence == "low"
