@@ -164,23 +164,20 @@ _LABEL_TEXTS = {
         "（能耗 +{pct:.0f}%，${usd:,.2f}/月，{tier}）",
     ),
     "citation": Text("{data}: {used}{src}. {attribution}.", "{data}：{used}{src}。{attribution}."),
-}
-# Labels only the Chinese answers translate (English shows the identifier itself).
-_ZH_ONLY = {
-    "field_total_tokens": "总 token 数",
-    "field_requests": "请求数",
-    "field_requests_per_month": "每月请求数",
-    "field_prompt_tokens": "输入 token 数",
-    "field_observed_energy_j_per_1k": "实测每千 token 能耗（J）",
-    **{f"tier_{tier}": word for tier, word in TIERS_ZH.items()},
-    "conf_high": "高",
-    "conf_medium": "中",
-    "conf_low": "低",
-    "conf_general": "一般",
+    # Identifiers an English answer shows as they are (fields with spaces for underscores)
+    "field_total_tokens": Text("total tokens", "总 token 数"),
+    "field_requests": Text("requests", "请求数"),
+    "field_requests_per_month": Text("requests per month", "每月请求数"),
+    "field_prompt_tokens": Text("prompt tokens", "输入 token 数"),
+    "field_observed_energy_j_per_1k": Text("observed energy j per 1k", "实测每千 token 能耗（J）"),
+    **{f"tier_{tier}": Text(tier, word) for tier, word in TIERS_ZH.items()},
+    "conf_high": Text("high", "高"),
+    "conf_medium": Text("medium", "中"),
+    "conf_low": Text("low", "低"),
+    "conf_general": Text("general", "一般"),
 }
 LABELS: dict[str, dict[str, str]] = {
-    "en": {key: text.en for key, text in _LABEL_TEXTS.items()},
-    "zh": {**{key: text.zh for key, text in _LABEL_TEXTS.items()}, **_ZH_ONLY},
+    lang: {key: text.get(lang) for key, text in _LABEL_TEXTS.items()} for lang in ("en", "zh")
 }
 
 
