@@ -197,16 +197,10 @@ def equivalents(
 ) -> tuple[str, ...]:
     if not energy_kwh or co2_kg is None:
         return ()
-    items = knowledge.equivalents(energy_kwh, co2_kg)
     out = []
-    for item in items[:2]:
-        value, label = getattr(item, "value", None), getattr(item, "label", None)
-        if language == "zh":
-            label = _EQUIVALENT_LABELS_ZH.get(getattr(item, "key", ""), label)
-        if isinstance(value, (int, float)) and label:
-            out.append(f"{value:,.1f} {label}" if value < 10 else f"{value:,.0f} {label}")
-        else:
-            out.append(str(item))
+    for item in knowledge.equivalents(energy_kwh, co2_kg)[:2]:
+        label = Text(item.label, _EQUIVALENT_LABELS_ZH.get(item.key, item.label)).get(language)
+        out.append(f"{item.value:,.{1 if item.value < 10 else 0}f} {label}")
     return tuple(out)
 
 
