@@ -67,7 +67,7 @@ def _explained_lines(
         out.append(f"{item['rule']}{labels['colon']}{why}")
     gpu = answer.result.deployment.gpu.profile if answer.result.deployment else None
     ev = sorted(
-        _relevant_evidence([e for e in item.get("evidence") or [] if isinstance(e, dict)], gpu),
+        _relevant_evidence(item["evidence"], gpu),
         key=lambda e: e.get("precision") == "fp16",
     )
     ev_rows = []
@@ -186,8 +186,7 @@ def _delta_vs_fp16(row: dict, evidence: list) -> float | None:
     same = [
         e
         for e in evidence
-        if isinstance(e, dict)
-        and e.get("precision") == "fp16"
+        if e.get("precision") == "fp16"
         and e.get("energy_j_per_1k")
         and all(e.get(k) == row.get(k) for k in ("gpu", "model", "batch_size"))
     ]

@@ -15,10 +15,7 @@ from ecoguard.advisor.texts import Text
 def quantization_holds(quantized: dict[str, Any], unquantized: dict[str, Any]) -> bool:
     """Whether a quantized configuration's saving holds beyond the experiments' spread: its
     p90 below the unquantized p10, or every same-session paired delta negative."""
-    pairs = [
-        p.get("delta_pct") for p in quantized.get("paired_deltas") or () if isinstance(p, dict)
-    ]
-    pairs = [p for p in pairs if isinstance(p, (int, float))]
+    pairs = [p["delta_pct"] for p in quantized.get("paired_deltas") or ()]
     if pairs and all(p < 0 for p in pairs):
         return True
     q_range = quantized.get("energy_per_1k_tokens_j_range")
@@ -47,7 +44,7 @@ def uncertain_reason(quantized: Quote, ref: Quote, language: str) -> str:
     q_est, r_est = quantized.estimate, ref.estimate
     q_range = q_est.get("energy_per_1k_tokens_j_range") or [None, None]
     r_range = r_est.get("energy_per_1k_tokens_j_range") or [None, None]
-    pairs = [p["delta_pct"] for p in q_est.get("paired_deltas") or () if isinstance(p, dict)]
+    pairs = [p["delta_pct"] for p in q_est.get("paired_deltas") or ()]
     pair_text = ", ".join(f"{p:+.1f}%" for p in pairs)
 
     def rng(bounds: list[Any]) -> str:
