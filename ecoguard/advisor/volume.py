@@ -31,6 +31,7 @@ from ecoguard.advisor.numbers import (
     parse_number,
     scale_factor,
 )
+from ecoguard.advisor.texts import BLANK, Text
 
 # Conversion constants (stated in every answer that uses them).
 REQUESTS_PER_USER = 5  # requests one user sends per period, when a question counts users
@@ -402,46 +403,41 @@ def find_quantities(text: str) -> tuple[list[Quantity], int | None]:
 # From quantities to work
 
 
-def _per_month_rule(period: str | None, hours_per_day: float | None) -> tuple[float, str, str]:
-    """How many of ``period`` fit in a month, and the rule in both languages."""
+def _per_month_rule(period: str | None, hours_per_day: float | None) -> tuple[float, Text]:
+    """How many of ``period`` fit in a month, and the rule."""
     if period is None or period == "month":
-        return 1.0, "", ""
+        return 1.0, BLANK
     if period in ("second", "minute", "hour") and hours_per_day is not None:
         per_hour = {"second": 3600, "minute": 60, "hour": 1}[period]
-        factor = per_hour * hours_per_day * DAYS_PER_MONTH
-        lead_en = f"x {per_hour:,} per hour " if per_hour > 1 else ""
-        lead_zh = f"x 每小时 {per_hour:,} " if per_hour > 1 else ""
-        return (
-            factor,
-            f"{lead_en}x {hours_per_day:g} h a day x {DAYS_PER_MONTH} days",
-            f"{lead_zh}x 每天 {hours_per_day:g} 小时 x {DAYS_PER_MONTH} 天",
+        lead = BLANK
+        if per_hour > 1:
+            lead = Text(f"x {per_hour:,} per hour ", f"x 每小时 {per_hour:,} ")
+        return per_hour * hours_per_day * DAYS_PER_MONTH, Text(
+            f"{lead.en}x {hours_per_day:g} h a day x {DAYS_PER_MONTH} days",
+            f"{lead.zh}x 每天 {hours_per_day:g} 小时 x {DAYS_PER_MONTH} 天",
         )
-    factor = PERIODS[period][0]
     rules = {
-        "second": ("x 86,400 s a day x 30 days", "x 每天 86,400 秒 x 30 天"),
-        "minute": ("x 1,440 min a day x 30 days", "x 每天 1,440 分钟 x 30 天"),
-        "hour": ("x 24 h x 30 days", "x 24 小时 x 30 天"),
-        "day": (f"x {DAYS_PER_MONTH} days per month", f"x 每月 {DAYS_PER_MONTH} 天"),
-        "week": ("x 30/7 weeks per month", "x 每月 30/7 周"),
-        "year": ("/ 12 months", "/ 12 个月"),
+        "second": Text("x 86,400 s a day x 30 days", "x 每天 86,400 秒 x 30 天"),
+        "minute": Text("x 1,440 min a day x 30 days", "x 每天 1,440 分钟 x 30 天"),
+        "hour": Text("x 24 h x 30 days", "x 24 小时 x 30 天"),
+        "day": Text(f"x {DAYS_PER_MONTH} days per month", f"x 每月 {DAYS_PER_MONTH} 天"),
+        "week": Text("x 30/7 weeks per month", "x 每月 30/7 周"),
+        "year": Text("/ 12 months", "/ 12 个月"),
     }
-    en, zh = rules[period]
-    return factor, en, zh
+    return PERIODS[period][0], rules[period]
 
 
-def _tokens_of(q: Quantity, language: str) -> tuple[float, str, str]:
+def _tokens_of(q: Quantity, language: str) -> tuple[float, Text]:
     if q.kind == "tokens":
-        return q.count, "", ""
+        return q.count, BLANK
     if q.kind == "words":
-        return (
-            q.count / WORDS_PER_TOKEN,
+        return q.count / WORDS_PER_TOKEN, Text(
             f"~{WORDS_PER_TOKEN} English words per token",
             f"约 {WORDS_PER_TOKEN} 个英文单词 = 1 token",
         )
     chinese = q.kind == "chinese_chars" or (q.kind == "chars" and language == "zh")
     per = CHINESE_CHARS_PER_TOKEN if chinese else ENGLISH_CHARS_PER_TOKEN
-    return (
-        q.count / per,
+    return q.count / per, Text(
         f"~{per:g} {'Chinese' if chinese else 'English'} characters per token",
         f"约 {per:g} 个{'汉' if chinese else '英文'}字符 = 1 token",
     )
@@ -460,39 +456,35 @@ def extract_volume(
     tokens: float | None = None
     tokens_period: str | None = None
     for q in quantities:
-        factor, rule_en, rule_zh = _per_month_rule(q.period, hours_per_day)
+        factor, rule = _per_month_rule(q.period, hours_per_day)
         if q.kind in ("requests", "users"):
             count = q.count * (REQUESTS_PER_USER if q.kind == "users" else 1)
             monthly = count * factor
             if q.kind == "users":
                 period = q.period or "day"
-                factor, rule_en, rule_zh = _per_month_rule(period, hours_per_day)
+                factor, rule = _per_month_rule(period, hours_per_day)
                 monthly = count * factor
-                unit_en, unit_zh = PERIODS[period][1], PERIODS[period][2]
-                rule_en = (
-                    f"{format_count(q.count)} users per {unit_en} x {REQUESTS_PER_USER} requests "
-                    f"per user {rule_en}"
-                ).rstrip()
-                rule_zh = (
-                    f"每{unit_zh} {format_count(q.count)} 用户 x 每人 {REQUESTS_PER_USER} 次请求 "
-                    f"{rule_zh}"
-                ).rstrip()
+                unit_en, unit_zh, n = PERIODS[period][1], PERIODS[period][2], format_count(q.count)
+                rule = Text(
+                    f"{n} users per {unit_en} x {REQUESTS_PER_USER} requests per user {rule.en}".rstrip(),
+                    f"每{unit_zh} {n} 用户 x 每人 {REQUESTS_PER_USER} 次请求 {rule.zh}".rstrip(),
+                )
             elif q.period is None:
-                rule_en, rule_zh = "read as requests per month", "按每月请求数计"
-            if rule_en and (
+                rule = Text("read as requests per month", "按每月请求数计")
+            if rule.en and (
                 q.kind == "users" or q.period not in (None, "month") or q.count >= 1000
             ):
                 conversions.append(
-                    Conversion.of("requests_per_month", q.source, monthly, rule_en, rule_zh)
+                    Conversion.of("requests_per_month", q.source, monthly, rule.en, rule.zh)
                 )
             requests.append((round(monthly), q.source))
         elif tokens is None:
-            count, conv_en, conv_zh = _tokens_of(q, language)
+            count, conv = _tokens_of(q, language)
             tokens = count * factor
             tokens_period = "month" if q.period is not None else None
-            rule_en = " ".join(r for r in (conv_en, rule_en) if r)
-            rule_zh = " ".join(r for r in (conv_zh, rule_zh) if r)
+            rule_en = " ".join(r for r in (conv.en, rule.en) if r)
             if rule_en:
+                rule_zh = " ".join(r for r in (conv.zh, rule.zh) if r)
                 conversions.append(
                     Conversion.of("total_tokens", q.source, tokens, rule_en, rule_zh)
                 )
