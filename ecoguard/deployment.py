@@ -89,6 +89,8 @@ MAX_GPU_COUNT = 64  # GPUs one model is spread over (tensor/pipeline parallel)
 
 Use = Literal["chat", "api", "batch"]
 USES: tuple[str, ...] = ("chat", "api", "batch")
+# The serving engines a Deployment may name (``engine``); None is transformers' own generate.
+SERVING_ENGINES: tuple[str, ...] = ("vllm", "sglang", "tgi", "tensorrt_llm", "llamacpp")
 
 
 def normalize_precision(text: str) -> str:

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ecoguard.config import Settings
+from ecoguard.deployment import SERVING_ENGINES
 
 FORMATS = ("md", "text", "json")
-# The serving engines a flags command may name (the parser reads the same from words).
-ENGINES = ("vllm", "sglang", "tgi", "tensorrt_llm", "llamacpp")
 
 
 def _output_flags(parser: argparse.ArgumentParser) -> None:
@@ -43,8 +42,15 @@ def _deployment_flags(parser: argparse.ArgumentParser, *, precision_help: str) -
     parser.add_argument("--requests-per-month", type=int, default=None)
     parser.add_argument("--region", default=None, help="us, china, eu, uk, fr, de, in, jp, ca")
     parser.add_argument(
+        "--gpu-count",
+        type=int,
+        default=None,
+        help="GPUs the model is spread over (tensor parallel): energy for all, VRAM per card "
+        "(default 1)",
+    )
+    parser.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=SERVING_ENGINES,
         default=None,
         help="serving engine: its FP8 is fused kernels and vllm/sglang/tgi/tensorrt_llm batch "
         "concurrent requests themselves (default: transformers' generate)",
@@ -195,6 +201,7 @@ _FACT_FLAGS = (
     "use",
     "language",
     "engine",
+    "gpu_count",
 )
 
 

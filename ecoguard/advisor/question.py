@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.coverage import OutOfData
 from ecoguard.advisor.texts import Text
-from ecoguard.deployment import normalize_precision
+from ecoguard.deployment import MAX_GPU_COUNT, SERVING_ENGINES, normalize_precision
 from ecoguard.errors import UsageError
 from ecoguard.knowledge import region as grid_region
 from ecoguard.knowledge.memory import DEFAULT_GENERATION_TOKENS, DEFAULT_PROMPT_TOKENS
@@ -60,9 +60,6 @@ class Default:
     def of(cls, field: str, value: object) -> Default:
         return cls(field, value, HOW_TO_STATE[field])
 
-
-# The serving engines a question may name (Deployment.engine; the CLI's --engine choices).
-SERVING_ENGINES = ("vllm", "sglang", "tgi", "tensorrt_llm", "llamacpp")
 
 # How to state each fact a question left out (the note beside its default).
 HOW_TO_STATE: dict[str, Text] = {
@@ -177,6 +174,7 @@ class Question:
         observed_power_w: float | None = None,
         observed_energy_j_per_1k: float | None = None,
         engine: str | None = None,
+        gpu_count: int | None = None,
     ) -> Question:
         """The facts named as CLI flags or MCP tool arguments, read as the same facts stated in a
         question: a volume without a use is a service from many users, an API is served, a
@@ -188,6 +186,8 @@ class Question:
             raise UsageError(f"unknown language {language!r}; one of: en, zh")
         if engine is not None and engine not in SERVING_ENGINES:
             raise UsageError(f"unknown engine {engine!r}; one of: {', '.join(SERVING_ENGINES)}")
+        if gpu_count is not None and not 1 <= gpu_count <= MAX_GPU_COUNT:
+            raise UsageError(f"gpu count must be 1 to {MAX_GPU_COUNT}, got {gpu_count}")
         canonical = normalize_precision(precision) if precision is not None else None
         volume = requests_per_month is not None
         use, serving, why = _use_fact(use, volume)
@@ -216,6 +216,7 @@ class Question:
             serving=serving,
             use_reason=why,
             engine=engine,
+            gpu_count=gpu_count if gpu_count and gpu_count > 1 else None,
         )
 
     @property

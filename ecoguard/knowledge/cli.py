@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import replace
 
 from ecoguard.config import Settings
-from ecoguard.deployment import Deployment, ModelSpec, normalize_precision
+from ecoguard.deployment import SERVING_ENGINES, Deployment, ModelSpec, normalize_precision
 from ecoguard.errors import UsageError
 from ecoguard.knowledge import (
     data_counts,
@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     est.add_argument(
         "--engine",
-        choices=("vllm", "sglang", "tgi", "tensorrt_llm", "llamacpp"),
+        choices=SERVING_ENGINES,
         default=None,
         help="serving engine (its FP8 is fused kernels, priced from FP16; default: none)",
     )

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from ecoguard.config import Settings
-from ecoguard.deployment import PRECISIONS, USES
+from ecoguard.deployment import MAX_GPU_COUNT, PRECISIONS, SERVING_ENGINES, USES
 from ecoguard.findings import RULE_IDS
 from ecoguard.mcp.resources import GPUS_URI
 
@@ -129,8 +129,35 @@ LANGUAGE = Argument(
     Annotated[Literal["en", "zh"], Field(description="language of notes and messages")],
     default="en",
 )
+GPU_COUNT = Argument(
+    "gpu_count",
+    _count(
+        "GPUs the model is spread over (tensor parallel): energy for all cards, VRAM per card "
+        "(default 1)",
+        least=1,
+        most=MAX_GPU_COUNT,
+    ),
+)
+ENGINE = Argument(
+    "engine",
+    Annotated[
+        Literal[SERVING_ENGINES] | None,  # type: ignore[valid-type]
+        Field(
+            description="serving engine: its FP8 is fused kernels, and vllm, sglang, tgi and "
+            "tensorrt_llm batch concurrent requests themselves (default: transformers' generate)"
+        ),
+    ],
+)
 # The shape of the workload and where it runs, after model, GPU and precision.
-WORKLOAD = (BATCH_SIZE, PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS_PER_MONTH, REGION)
+WORKLOAD = (
+    BATCH_SIZE,
+    PROMPT_TOKENS,
+    GENERATION_TOKENS,
+    REQUESTS_PER_MONTH,
+    REGION,
+    GPU_COUNT,
+    ENGINE,
+)
 
 # compare and diagnose read the precision differently: compare lists every precision (the
 # given one is "current"), diagnose infers it from the observed figures when omitted.

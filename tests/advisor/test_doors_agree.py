@@ -38,6 +38,8 @@ FLAG_NAMES = {
     "observed_throughput_tok_s": "--throughput",
     "observed_power_w": "--power",
     "observed_energy_j_per_1k": "--energy-per-1k",
+    "engine": "--engine",
+    "gpu_count": "--gpu-count",
 }
 
 
@@ -180,6 +182,37 @@ def _more_cases() -> list[Case]:
             "Compare all precisions for Qwen2.5-3B on an A100",
             {"model": "Qwen2.5-3B", "gpu": "a100"},
         ),
+        # A serving engine and several GPUs are facts of the question at every door.
+        Case(
+            "optimize",
+            "Greenest config for Qwen2.5-7B on H100 served by vLLM",
+            {"model": "Qwen2.5-7B", "gpu": "h100", "engine": "vllm"},
+        ),
+        Case(
+            "compare",
+            "Compare all precisions for Qwen2.5-7B on H100 served by vLLM",
+            {"model": "Qwen2.5-7B", "gpu": "h100", "engine": "vllm"},
+        ),
+        Case(
+            "estimate",
+            "Llama-3-70B on 4x A100 with tensor parallel, cost for 1M requests a month?",
+            {
+                "model": "Llama-3-70B",
+                "gpu": "a100",
+                "gpu_count": 4,
+                "requests_per_month": 1_000_000,
+            },
+        ),
+        Case(
+            "optimize",
+            "Greenest config for Mistral-7B on two A800s",
+            {"model": "Mistral-7B", "gpu": "a800", "gpu_count": 2},
+        ),
+        Case(
+            "compare",
+            "比较 Qwen2.5-7B 在两张 A800 上的所有精度",
+            {"model": "Qwen2.5-7B", "gpu": "a800", "gpu_count": 2, "language": "zh"},
+        ),
         Case(
             "diagnose",
             "Llama-3-8B on L4 with NF4: 8 tok/s at 70 W, why so slow?",
@@ -221,6 +254,8 @@ def _by_flags(case: Case, capsys: Any) -> dict[str, Any]:
 def _by_tool(case: Case) -> dict[str, Any]:
     spec = next(s for s in TOOLS if s.name == case.protocol)
     arguments = {a.name: a.default for a in spec.arguments}
+    undeclared = set(case.facts) - set(arguments)
+    assert not undeclared, f"the {case.protocol} tool's schema lacks {sorted(undeclared)}"
     arguments.update(case.facts)
     return _plain(getattr(tools, case.protocol)(Settings(), **arguments))
 
