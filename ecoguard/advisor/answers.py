@@ -47,6 +47,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, GpuSpec
 from ecoguard.errors import UsageError
 from ecoguard.findings import Mood, weakest_tier
+from ecoguard.knowledge.estimator import Estimate
 from ecoguard.knowledge.served import CONTINUOUS_BATCHING_ENGINES
 from ecoguard.rules.table import ROWS
 
@@ -432,8 +433,8 @@ def _extrapolated(result: protocols.AdvisorResult) -> protocols.AdvisorResult:
     def cap(tier: object) -> str:
         return weakest_tier((str(tier or "none"), "extrapolated")) if tier != "none" else "none"
 
-    def fix_dict(d: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if d is None else {**d, "tier": cap(d.get("tier"))}
+    def fix_est(est: Estimate | None) -> Estimate | None:
+        return None if est is None else replace(est, tier=cap(est.tier))
 
     rows = tuple({**r, "tier": cap(r.get("tier"))} if "tier" in r else r for r in result.rows)
     rec = result.recommendation
@@ -443,8 +444,8 @@ def _extrapolated(result: protocols.AdvisorResult) -> protocols.AdvisorResult:
         result,
         tier=cap(result.tier),
         rows=rows,
-        current=fix_dict(result.current),
-        optimized=fix_dict(result.optimized),
+        current=fix_est(result.current),
+        optimized=fix_est(result.optimized),
         recommendation=rec,
     )
 

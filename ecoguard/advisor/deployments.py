@@ -326,7 +326,7 @@ def monthly_requests(
         )
         return requests, conversions
     if question.hours_per_day is not None:
-        est = protocols.run_estimate(dep, settings, None)
+        est = protocols.run_estimate(dep, settings, None).to_dict()
         tput = protocols.figure(est, "throughput_tok_s")
         if tput:
             requests = int(question.hours_per_day * 3600 * 30 * tput / gen)

@@ -1,7 +1,7 @@
 """The advisor's seams to the knowledge estimator and the rules, memoised per answer: one answer
 asks for the same cell several times (compare baseline, optimize candidates, the optimized
 column, the batching advice), so within an answer each (deployment, settings, volume) is
-estimated, turned into its JSON and judged once.
+estimated and judged once.
 
 The memo is a :class:`Cells` object that ``answers.answer`` makes for each answer and activates
 for its duration (a context variable, so concurrent answers in threads or tasks never share
@@ -16,23 +16,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
 
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.findings import Finding
-from ecoguard.knowledge.estimator import estimate
+from ecoguard.knowledge.estimator import Estimate, estimate
 from ecoguard.rules import evaluate
 
 
 @dataclass
 class Cells:
-    """One answer's memo: each estimate's JSON and the rule findings per (deployment,
+    """One answer's memo: each estimate and the rule findings per (deployment,
     settings[, volume])."""
 
-    estimates: dict[tuple[Deployment, str, int | None], dict[str, Any]] = field(
-        default_factory=dict
-    )
+    estimates: dict[tuple[Deployment, str, int | None], Estimate] = field(default_factory=dict)
     rules: dict[tuple[Deployment, str], tuple[Finding, ...]] = field(default_factory=dict)
 
     @contextmanager
@@ -59,18 +56,17 @@ def _hashable(key: object) -> bool:
 
 def run_estimate(
     deployment: Deployment, settings: Settings, requests_per_month: int | None
-) -> dict[str, Any]:
-    """The knowledge estimator's JSON for the deployment (a copy the caller may change;
-    ``{"tier": "none"}`` when it has nothing), memoised in the active answer's cells."""
+) -> Estimate:
+    """The knowledge estimator's record for the deployment (tier ``none`` when it has
+    nothing), memoised in the active answer's cells."""
     key = (deployment, repr(settings), requests_per_month)
     cells = _ACTIVE.get() if _hashable(key) else None
     if cells is not None and key in cells.estimates:
-        return dict(cells.estimates[key])
+        return cells.estimates[key]
     est = estimate(deployment, settings=settings, requests_per_month=requests_per_month)
-    out = {"tier": "none"} if est is None else dict(est.to_dict())
     if cells is not None:
-        cells.estimates[key] = out
-    return dict(out)
+        cells.estimates[key] = est
+    return est
 
 
 def run_rules(deployment: Deployment, settings: Settings) -> list[Finding]:

@@ -212,8 +212,8 @@ def money_text(
     return "-" if usd is None else f"${usd:,.2f}"
 
 
-def money_year_text(money: dict[str, Any], monthly: dict[str, Any], currency: str) -> str:
-    usd = money.get("cost_usd", monthly.get("cost_usd"))
+def money_year_text(money: dict[str, Any], currency: str) -> str:
+    usd = money.get("cost_usd")
     cny = money.get("cost_cny")
     return money_text(
         None if usd is None else usd * 12,

@@ -23,6 +23,7 @@ from ecoguard.advisor.texts import Text
 
 if TYPE_CHECKING:
     from ecoguard.advisor.answer import Answer
+    from ecoguard.knowledge.estimator import Estimate
 
 
 def compare_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
@@ -296,17 +297,12 @@ _SIDE_ROWS = (
 def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     """The current and the optimized configuration in one table, then the saving."""
     result = answer.result
-    current, optimized = result.current or {}, result.optimized or {}
-    if not current and not optimized:
+    if result.current is None and result.optimized is None:
         return []
     money = result.money or {}
     currency = (money.get("current") or {}).get("currency", "USD")
-    now = _side_column(current, money.get("current") or {}, currency, labels)
-    then = (
-        _side_column(optimized, money.get("optimized") or {}, currency, labels)
-        if optimized
-        else _side_column({}, {}, currency, labels, priced=False)
-    )
+    now = _side_column(result.current, money.get("current") or {}, currency, labels)
+    then = _side_column(result.optimized, money.get("optimized") or {}, currency, labels)
     rows = [[labels[key], a, b] for key, a, b in zip(_SIDE_ROWS, now, then, strict=True)]
     deployment = result.deployment
     rec = result.recommendation or {}
@@ -333,34 +329,25 @@ def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> lis
 
 
 def _side_column(
-    est: dict[str, Any],
-    money: dict[str, Any],
-    currency: str,
-    labels: dict[str, str],
-    *,
-    priced: bool = True,
+    est: Estimate | None, money: dict[str, Any], currency: str, labels: dict[str, str]
 ) -> list[str]:
-    """One configuration's cells, in ``_SIDE_ROWS`` order. Without a configuration
-    (``priced=False``) the money and tier cells read ``-``."""
-    month = est.get("monthly") or {}
-    cost = money_text(
-        money.get("cost_usd", month.get("cost_usd")),
-        money.get("cost_cny"),
-        currency,
-        money.get("cost_local"),
-    )
+    """One configuration's cells, in ``_SIDE_ROWS`` order; ``-`` in each without one."""
+    if est is None:
+        return ["-"] * len(_SIDE_ROWS)
+    month = est.monthly
+    usd = money.get("cost_usd", month.cost_usd)
     return [
-        fmt_range(est.get("energy_per_1k_tokens_j"), est.get("energy_per_1k_tokens_j_range")),
-        fmt_range(est.get("energy_per_request_j"), est.get("energy_per_request_j_range")),
-        fmt(est.get("throughput_tok_s"), 1),
-        fmt(est.get("power_w")),
-        fmt(est.get("vram_gb"), 1),
-        fmt(month.get("requests")),
-        fmt_range(month.get("energy_kwh"), month.get("energy_kwh_range"), 2),
-        cost if priced else "-",
-        money_year_text(money, month, currency) if priced else "-",
-        fmt_range(month.get("co2_kg"), month.get("co2_kg_range"), 2),
-        tier_label(labels, est.get("tier", "none")) if priced else "-",
+        fmt_range(est.energy_per_1k_tokens_j, est.energy_per_1k_tokens_j_range),
+        fmt_range(est.energy_per_request_j, est.energy_per_request_j_range),
+        fmt(est.throughput_tok_s, 1),
+        fmt(est.power_w),
+        fmt(est.vram_gb, 1),
+        fmt(month.requests),
+        fmt_range(month.energy_kwh, month.energy_kwh_range, 2),
+        money_text(usd, money.get("cost_cny"), currency, money.get("cost_local")),
+        money_year_text({**money, "cost_usd": usd}, currency),
+        fmt_range(month.co2_kg, month.co2_kg_range, 2),
+        tier_label(labels, est.tier),
     ]
 
 
@@ -416,18 +403,13 @@ def batching_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
 def estimate_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     result = answer.result
     out = [heading(labels["estimate"], markdown, labels)]
-    if (result.current or {}).get("tier", "none") == "none":
-        out.append(
-            labels["not_available"]
-            + labels["colon"]
-            + str((result.current or {}).get("method") or "")
-        )
-        out.append("")
+    current = result.current
+    if current is None or current.tier == "none":
+        method = "" if current is None else current.method
+        out += [labels["not_available"] + labels["colon"] + method, ""]
         return out
-    method = (result.current or {}).get("method")
-    if method:
-        out.append(labels["method"] + str(method))
-        out.append("")
+    if current.method:
+        out += [labels["method"] + current.method, ""]
     out += _side_by_side(answer, labels, markdown)
     return out
 

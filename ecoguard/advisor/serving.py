@@ -334,7 +334,7 @@ def requests_in_flight(
     """``(requests in flight, basis, seconds per request at batch size 1)``: stated, or derived
     by Little's law (arrival rate x time in the system) from the monthly volume."""
     single = deployment.with_(batch_size=1)
-    base = run_estimate(single, settings, requests_per_month)
+    base = run_estimate(single, settings, requests_per_month).to_dict()
     per_request = seconds_per_request(base, single)
     basis = "derived"
     if per_request is None:
@@ -365,7 +365,7 @@ def batching_advice(
     that one, so the answer does not name two targets)."""
     current_batch = max(1, deployment.batch_size or 1)
     now_dep = deployment.with_(batch_size=current_batch)
-    now = run_estimate(now_dep, settings, requests_per_month)
+    now = run_estimate(now_dep, settings, requests_per_month).to_dict()
     energy_now = now.get("energy_per_1k_tokens_j")
     if not isinstance(energy_now, (int, float)):
         return None
@@ -379,7 +379,7 @@ def batching_advice(
     conditional = use == "chat" and not serving
     target = _target_batch(use, conditional, current_batch, in_flight, basis, target_batch)
     after = (
-        run_estimate(now_dep.with_(batch_size=target), settings, requests_per_month)
+        run_estimate(now_dep.with_(batch_size=target), settings, requests_per_month).to_dict()
         if target != current_batch
         else None
     )

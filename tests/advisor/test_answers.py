@@ -42,10 +42,10 @@ def test_mistral_a800_million_requests():
     ans = advise("What will Mistral-7B on an A800 cost for a million requests a month?")
     res = ans.result
     expected = _est(res.deployment, 1_000_000)
-    assert res.current["monthly"]["requests"] == 1_000_000
-    assert res.current["energy_per_1k_tokens_j"] == pytest.approx(expected.energy_per_1k_tokens_j)
+    assert res.current.monthly.requests == 1_000_000
+    assert res.current.energy_per_1k_tokens_j == pytest.approx(expected.energy_per_1k_tokens_j)
     assert res.money["current"]["cost_usd"] == pytest.approx(expected.monthly.cost_usd, rel=1e-3)
-    assert res.current["tier"] == "measured"
+    assert res.current.tier == "measured"
 
 
 def test_compare_all_precisions_qwen25_7b_5090():
@@ -92,7 +92,7 @@ def test_yi_6b_million_chars_in_chinese():
     res = ans.result
     assert res.language == "zh" and res.protocol == "estimate"
     requests = math.ceil(500_000 / 256)
-    assert res.current["monthly"]["requests"] == requests
+    assert res.current.monthly.requests == requests
     expected = _est(res.deployment, requests, Settings(region="china"))
     assert res.money["current"]["cost_usd"] == pytest.approx(expected.monthly.cost_usd, rel=1e-3)
     assert any("汇率" in n for n in res.notes)  # CNY asked, no rate: says so instead of guessing
@@ -180,8 +180,8 @@ def test_estimate_optimized_column_keeps_the_batching_the_deployment_already_has
     # A BS-32 deployment with no stated use must not be "optimized" into a BS-1 chat setup
     # that costs more than it does now.
     answer = advise("Qwen2.5-7B on L4 with batch size 32, what does it cost?")
-    current = answer.result.current["energy_per_1k_tokens_j"]
-    optimized = answer.result.optimized["energy_per_1k_tokens_j"]
+    current = answer.result.current.energy_per_1k_tokens_j
+    optimized = answer.result.optimized.energy_per_1k_tokens_j
     assert optimized <= current
     assert answer.result.money["saving_usd"] >= 0
 

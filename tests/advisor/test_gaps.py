@@ -37,9 +37,7 @@ def test_a_local_machine_counts_no_facility_overhead() -> None:
     home = advise("Qwen2.5-3B on my local GPU at home, an RTX 4090, 1M requests a month")
     cloud = advise("Qwen2.5-3B on an RTX 4090, 1M requests a month")
     assert home.settings_used["pue"] == 1.0 and "pue" not in cloud.settings_used
-    ratio = (
-        home.result.current["monthly"]["energy_kwh"] / cloud.result.current["monthly"]["energy_kwh"]
-    )
+    ratio = home.result.current.monthly.energy_kwh / cloud.result.current.monthly.energy_kwh
     assert ratio == pytest.approx(1.0 / regions()["us"].pue, rel=1e-3)
     assert "PUE 1" in render(home, fmt="text")
 
@@ -148,7 +146,7 @@ def test_an_unlisted_nvidia_card_says_which_profile_and_why() -> None:
     assert answer.gpu_match is not None and answer.gpu_match.card.vram_gb == 12
     text = render(answer, fmt="text", plain=True)
     assert "RTX 3060 is not in the GPU table" in text and "ampere" in text
-    assert answer.result.current["tier"] in ("extrapolated", "none")
+    assert answer.result.current.tier in ("extrapolated", "none")
     assert "vram-overflow" in {f.rule for f in answer.result.findings}  # 12 GB, its own VRAM
 
 
@@ -213,8 +211,8 @@ def test_batching_advice_numbers_follow_the_estimator() -> None:
     single = protocols.run_estimate(
         answer.result.deployment.with_(batch_size=1), Settings(), 1_000_000
     )
-    assert advice.seconds_per_request == pytest.approx(single["latency_s"])
-    assert advice.gpu_days_per_month == pytest.approx(1_000_000 * single["latency_s"] / 86_400)
+    assert advice.seconds_per_request == pytest.approx(single.latency_s, abs=1e-3)
+    assert advice.gpu_days_per_month == pytest.approx(1_000_000 * single.latency_s / 86_400, 1e-3)
     assert advice.concurrency == pytest.approx(advice.gpu_days_per_month / 30)
     assert advice.target_batch == round(advice.concurrency)
     assert "ecoguard.install(batching=True" in advice.fix
@@ -223,7 +221,7 @@ def test_batching_advice_numbers_follow_the_estimator() -> None:
         Settings(),
         1_000_000,
     )
-    expected = (1 - target["energy_per_1k_tokens_j"] / single["energy_per_1k_tokens_j"]) * 100
+    expected = (1 - target.energy_per_1k_tokens_j / single.energy_per_1k_tokens_j) * 100
     assert advice.saving_pct == pytest.approx(expected, abs=0.1)
     assert isinstance(answer, Answer)
 

@@ -55,7 +55,7 @@ def test_estimate_compare_optimize_and_the_alert_agree_to_the_joule():
             est.energy_per_1k_tokens_j, abs=1e-3
         )
     opt = optimize(dep, settings=settings, batch_sizes=(1,), precisions=("int8_pure",))
-    assert opt.optimized["energy_per_1k_tokens_j"] == pytest.approx(
+    assert opt.optimized.energy_per_1k_tokens_j == pytest.approx(
         estimate(dep.with_(precision="int8_pure"), settings=settings).energy_per_1k_tokens_j,
         abs=1e-3,
     )

@@ -13,6 +13,7 @@ from ecoguard.advisor.serving import BatchingAdvice
 from ecoguard.advisor.texts import Text
 from ecoguard.deployment import Deployment, QuantSpec
 from ecoguard.findings import Finding, Mood
+from ecoguard.knowledge.estimator import Estimate
 from ecoguard.knowledge.served import FUSED_FP8_ENGINES
 from ecoguard.quantization import fused_fp8
 
@@ -47,7 +48,7 @@ def use_for_batch_size(batch_size: int | None) -> str:
 class AdvisorResult:
     """What one protocol found. ``rows`` are the table rows shown (dicts of plain values, each
     figure with a tier); ``evidence`` are reference row ids behind the figures; ``current`` and
-    ``optimized`` are estimator dicts side by side where a protocol has them."""
+    ``optimized`` are the estimator's records side by side where a protocol has them."""
 
     protocol: str
     mood: Mood
@@ -59,8 +60,8 @@ class AdvisorResult:
     tier: str = "none"
     sources: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
-    current: dict[str, Any] | None = None
-    optimized: dict[str, Any] | None = None
+    current: Estimate | None = None
+    optimized: Estimate | None = None
     money: dict[str, Any] | None = None
     equivalents: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -79,8 +80,8 @@ class AdvisorResult:
             "tier": self.tier,
             "sources": list(self.sources),
             "evidence": list(self.evidence),
-            "current": self.current,
-            "optimized": self.optimized,
+            "current": None if self.current is None else self.current.to_dict(),
+            "optimized": None if self.optimized is None else self.optimized.to_dict(),
             "money": self.money,
             "equivalents": list(self.equivalents),
             "notes": list(self.notes),
@@ -224,10 +225,11 @@ class Pricing:
     price_currency: str | None = None
     language: str = "en"
 
-    def money(self, est_dict: dict[str, Any]) -> dict[str, Any]:
+    def money(self, est: Estimate) -> dict[str, Any]:
         """Cost of the estimate's monthly volume in USD and, when it can be known, CNY (or the
-        question's own currency when it priced electricity in one without a rate)."""
-        monthly = monthly_of(est_dict)
+        question's own currency when it priced electricity in one without a rate), from the
+        monthly figures as the estimate's JSON rounds them."""
+        monthly = est.to_dict()["monthly"]
         kwh = monthly.get("energy_kwh")
         usd = monthly.get("cost_usd")
         currency, cny_per_usd, language = self.currency, self.cny_per_usd, self.language

@@ -77,13 +77,13 @@ def compare(
     if deployment.model.params_b is None and deployment.model.id is None:
         raise UsageError("compare needs a model (an id like Qwen2.5-7B or a size like 7B)")
     baseline = run_estimate(with_precision(deployment, "fp16"), settings, requests_per_month)
-    base_energy = figure(baseline, "energy_per_1k_tokens_j")
+    base_energy = figure(baseline.to_dict(), "energy_per_1k_tokens_j")
     estimates = [
         run_estimate(with_precision(deployment, precision), settings, requests_per_month)
         for precision in precisions or PRECISIONS
     ]
     cells = [
-        _cell(precision, est, base_energy)
+        _cell(precision, est.to_dict(), base_energy)
         for precision, est in zip(precisions or PRECISIONS, estimates, strict=True)
     ]
     ranked = _ranked(cells)
@@ -92,7 +92,7 @@ def compare(
     verdict = _precision_verdict(deployment, cells, ranked, known, findings, language)
     return verdict.result(
         cells,
-        [src for est in estimates for src in est.get("sources") or ()],
+        [src for est in estimates for src in est.sources],
         tier=weakest_tier(c["tier"] for c in known),
         language=language,
         deployment=deployment,

@@ -20,6 +20,7 @@ from ecoguard.deployment import PRECISIONS, Deployment
 from ecoguard.errors import UsageError
 from ecoguard.findings import Finding, Mood
 from ecoguard.knowledge import crossover
+from ecoguard.knowledge.estimator import Estimate
 from ecoguard.rules import RULES, explain
 
 # The architectures whose crossover size a small-model-quant diagnosis shows.
@@ -33,7 +34,7 @@ class _Candidate:
 
     precision: str
     distance: float
-    estimate: dict[str, Any]
+    estimate: Estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ class _Expectation:
     estimator expects for it, the precisions tried, and a note when one was inferred."""
 
     deployment: Deployment
-    expected: dict[str, Any]
+    expected: Estimate
     candidates: list[_Candidate]
     notes: list[str]
 
@@ -93,11 +94,11 @@ def diagnose(
     gaps = [abs(c["gap_pct"]) for c in comparisons if c["gap_pct"] is not None]
     confidence = _confidence(traps, gaps, general, seen.candidates, deployment.precision)
     explained, explained_rows = _explained(traps, dep)
-    evidence = [*(expected.get("rows") or ()), *(r for f in traps for r in f.evidence)]
+    evidence = [*expected.rows, *(r for f in traps for r in f.evidence)]
     verdict = _verdict(traps, expected, gaps, confidence, language)
     return cited_result(
         [*evidence, *explained_rows],
-        expected.get("sources") or (),
+        expected.sources,
         protocol="diagnose",
         mood=verdict.mood,
         language=language,
@@ -105,7 +106,7 @@ def diagnose(
         findings=tuple(traps),
         recommendation=verdict.recommendation,
         rows=tuple(comparisons),
-        tier=expected.get("tier", "none"),
+        tier=expected.tier,
         current=expected,
         notes=tuple(seen.notes + verdict.notes),
         extra={
@@ -166,7 +167,7 @@ def _rank_precisions(
         gaps = [
             abs(math.log(value / expected))
             for key, value in observed.items()
-            if value and (expected := figure(est, key))
+            if value and (expected := figure(est.to_dict(), key))
         ]
         if gaps:
             candidates.append(_Candidate(precision, sum(gaps) / len(gaps), est))
@@ -174,15 +175,14 @@ def _rank_precisions(
     return candidates
 
 
-def _comparisons(
-    observed: dict[str, float | None], expected: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """One row per observed figure: the expected one beside it and the gap in percent."""
-    rows = []
+def _comparisons(observed: dict[str, float | None], expected: Estimate) -> list[dict[str, Any]]:
+    """One row per observed figure: the expected one (as the estimate's JSON rounds it) beside
+    it and the gap in percent."""
+    figures, rows = expected.to_dict(), []
     for key, value in observed.items():
         if value is None:
             continue
-        exp = figure(expected, key)
+        exp = figure(figures, key)
         gap = _relative_gap(value, exp)
         rows.append(
             {
@@ -190,7 +190,7 @@ def _comparisons(
                 "observed": value,
                 "expected": exp,
                 "gap_pct": round(gap * 100.0, 1) if gap is not None else None,
-                "tier": expected.get("tier", "none"),
+                "tier": expected.tier,
             }
         )
     return rows
@@ -300,7 +300,7 @@ def _evidence_dict(row: Any) -> dict[str, Any]:
 
 def _verdict(
     traps: list[Finding],
-    expected: dict[str, Any],
+    expected: Estimate,
     gaps: list[float],
     confidence: str,
     language: str,
@@ -317,7 +317,7 @@ def _verdict(
             "changes_outputs": top.changes_outputs,
         }
         return _Verdict(Mood.worst(f.mood for f in traps), recommendation, [])
-    if expected.get("tier", "none") == "none":
+    if expected.tier == "none":
         return _Verdict(Mood.GRAY, None, [])
     far = bool(gaps) and max(gaps) > 25
     notes = []

@@ -18,6 +18,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.errors import UsageError
 from ecoguard.findings import Finding, Mood, weakest_tier
+from ecoguard.knowledge.estimator import Estimate
 
 
 def estimate(
@@ -59,8 +60,8 @@ def estimate(
     money = _money_side_by_side(pricing, current, optimized)
     cur_money = money["current"]
     return cited_result(
-        [*(current.get("rows") or ()), *((optimized or {}).get("rows") or ())],
-        [*(current.get("sources") or ()), *((optimized or {}).get("sources") or ())],
+        [*current.rows, *(optimized.rows if optimized else ())],
+        [*current.sources, *(optimized.sources if optimized else ())],
         protocol="estimate",
         mood=_mood(findings, current, optimized_result),
         language=language,
@@ -68,9 +69,7 @@ def estimate(
         findings=tuple(findings),
         recommendation=optimized_result.recommendation if optimized_result else None,
         rows=(),
-        tier=weakest_tier(
-            [current.get("tier", "none")] + ([optimized.get("tier", "none")] if optimized else [])
-        ),
+        tier=weakest_tier([current.tier] + ([optimized.tier] if optimized else [])),
         current=current,
         optimized=optimized,
         money=money,
@@ -106,7 +105,7 @@ def _with_batching_finding(
 
 
 def _money_side_by_side(
-    pricing: Pricing, current: dict[str, Any], optimized: dict[str, Any] | None
+    pricing: Pricing, current: Estimate, optimized: Estimate | None
 ) -> dict[str, Any]:
     """The current configuration's money and, with an optimized one, its money and the saving
     in each currency both have."""
@@ -125,14 +124,12 @@ def _money_side_by_side(
     return money
 
 
-def _mood(
-    findings: list[Finding], current: dict[str, Any], optimized: AdvisorResult | None
-) -> Mood:
+def _mood(findings: list[Finding], current: Estimate, optimized: AdvisorResult | None) -> Mood:
     """A trap or an overflow sets the mood, data or not; else gray without data, the worst
     finding, yellow when optimize found a better setup, or green."""
     if findings and any(f.mood.rank >= Mood.ORANGE.rank for f in findings):
         return Mood.worst(f.mood for f in findings)
-    if current.get("tier", "none") == "none":
+    if current.tier == "none":
         return Mood.GRAY
     if findings:
         return Mood.worst(f.mood for f in findings)

@@ -28,6 +28,7 @@ from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment
 from ecoguard.errors import UsageError
 from ecoguard.findings import TIER_STRENGTH, Finding, Mood, weakest_tier
+from ecoguard.knowledge.estimator import Estimate
 
 
 @dataclass(slots=True)
@@ -46,15 +47,17 @@ class _Cell:
     tier: str
     rows: list[str]
     sources: list[str]
-    estimate: dict[str, Any]
+    estimate: Estimate
     rejected_by: list[str] | None = None
     holds: bool | None = None
     reference: _Cell | None = None
     rank: int | None = None
 
     @classmethod
-    def of(cls, precision: str, batch_size: int, est: dict[str, Any]) -> _Cell | None:
-        """The cell for an estimate; None when no energy figure supports it."""
+    def of(cls, precision: str, batch_size: int, estimate: Estimate) -> _Cell | None:
+        """The cell for an estimate (its figures as its JSON rounds them); None when no energy
+        figure supports it."""
+        est = estimate.to_dict()
         energy = figure(est, "energy_per_1k_tokens_j")
         if energy is None:
             return None
@@ -69,11 +72,11 @@ class _Cell:
             tier=est.get("tier", "none"),
             rows=list(est.get("rows") or ()),
             sources=list(est.get("sources") or ()),
-            estimate=est,
+            estimate=estimate,
         )
 
     def quote(self) -> Quote:
-        return Quote(self.precision, self.batch_size, self.energy, self.estimate)
+        return Quote(self.precision, self.batch_size, self.energy, self.estimate.to_dict())
 
     def to_row(self) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -143,7 +146,7 @@ def optimize(
         return _nothing_passes(current_dep, current_est, current_findings, rejected, use, language)
     chosen, lowest, best_energy = _choose(candidates, current_dep.batch_size or 1)
     ranked = _ranked(candidates)
-    current_energy = figure(current_est, "energy_per_1k_tokens_j")
+    current_energy = figure(current_est.to_dict(), "energy_per_1k_tokens_j")
     reasons = _reasons(
         chosen, lowest, best_energy, candidates, rejected, current_dep, current_energy, use,
         sizes, language,
@@ -164,10 +167,10 @@ def optimize(
     if finding is not None and not any(f.rule == finding.rule for f in findings):
         findings = (*findings, finding)
         mood = Mood.worst([mood, Mood.YELLOW])
-    money = monthly_of(chosen.estimate)
+    money = chosen.estimate.monthly
     return cited_result(
-        [*(current_est.get("rows") or ()), *chosen.rows, *_rows_of(ranked[:6])],
-        [*(current_est.get("sources") or ()), *chosen.sources],
+        [*current_est.rows, *chosen.rows, *_rows_of(ranked[:6])],
+        [*current_est.sources, *chosen.sources],
         protocol="optimize",
         mood=mood,
         language=language,
@@ -175,10 +178,10 @@ def optimize(
         findings=findings,
         recommendation=recommendation,
         rows=tuple(c.to_row() for c in ranked),
-        tier=weakest_tier((chosen.tier, current_est.get("tier", "none"))),
+        tier=weakest_tier((chosen.tier, current_est.tier)),
         current=current_est,
         optimized=chosen.estimate,
-        equivalents=equivalents(money.get("energy_kwh"), money.get("co2_kg"), language),
+        equivalents=equivalents(money.energy_kwh, money.co2_kg, language),
         extra={"use": use, "rejected": [r.to_row() for r in rejected]},
         batching=advice,
     )
@@ -218,7 +221,7 @@ def _current(deployment: Deployment, use: str) -> Deployment:
 
 def _nothing_passes(
     current: Deployment,
-    current_est: dict[str, Any],
+    current_est: Estimate,
     current_findings: list[Finding],
     rejected: list[_Cell],
     use: str,
@@ -244,11 +247,12 @@ def _nothing_passes(
 
 
 def _recommendation(
-    chosen: _Cell, current_est: dict[str, Any], use: str, reasons: list[str]
+    chosen: _Cell, current_est: Estimate, use: str, reasons: list[str]
 ) -> dict[str, Any]:
     """The chosen configuration with its saving against the current one (energy %, $/month)."""
-    current_energy = figure(current_est, "energy_per_1k_tokens_j")
-    current_cost = monthly_of(current_est).get("cost_usd")
+    current, chosen_json = current_est.to_dict(), chosen.estimate.to_dict()
+    current_energy = figure(current, "energy_per_1k_tokens_j")
+    current_cost = monthly_of(current).get("cost_usd")
     saving_pct = round((1 - chosen.energy / current_energy) * 100.0, 1) if current_energy else None
     saving_usd = (
         round(current_cost - chosen.cost_usd_per_month, 2)
@@ -266,8 +270,8 @@ def _recommendation(
         "saving_usd_per_month": saving_usd,
         "tier": chosen.tier,
         "changes_outputs": chosen.precision not in UNQUANTIZED,
-        "energy_per_1k_tokens_j_range": chosen.estimate.get("energy_per_1k_tokens_j_range"),
-        "paired_deltas": list(chosen.estimate.get("paired_deltas") or ()),
+        "energy_per_1k_tokens_j_range": chosen_json["energy_per_1k_tokens_j_range"],
+        "paired_deltas": chosen_json["paired_deltas"],
         "reasons": reasons,
     }
 
@@ -330,7 +334,7 @@ def _choose(candidates: list[_Cell], current_batch: int) -> tuple[_Cell, _Cell, 
         cand.holds = (
             cand.precision in UNQUANTIZED
             or ref is None
-            or quantization_holds(cand.estimate, ref.estimate)
+            or quantization_holds(cand.estimate.to_dict(), ref.estimate.to_dict())
         )
         cand.reference = ref
     eligible = [c for c in candidates if c.holds] or candidates
