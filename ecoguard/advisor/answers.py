@@ -436,7 +436,12 @@ def _extrapolated(result: protocols.AdvisorResult) -> protocols.AdvisorResult:
     def fix_est(est: Estimate | None) -> Estimate | None:
         return None if est is None else replace(est, tier=cap(est.tier))
 
-    rows = tuple({**r, "tier": cap(r.get("tier"))} if "tier" in r else r for r in result.rows)
+    def fix_row(r: Any) -> Any:
+        if not isinstance(r, dict):  # a typed row: its tier is its estimate's
+            return replace(r, estimate=fix_est(r.estimate))
+        return {**r, "tier": cap(r.get("tier"))} if "tier" in r else r
+
+    rows = tuple(fix_row(r) for r in result.rows)
     rec = result.recommendation
     if rec is not None and "tier" in rec:
         rec = {**rec, "tier": cap(rec["tier"])}

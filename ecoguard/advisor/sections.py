@@ -31,26 +31,26 @@ def compare_section(answer: Answer, labels: dict[str, str], markdown: bool) -> l
     if result.extra.get("scope") == "models":
         return _compare_models(answer, labels, markdown)
     out = [heading(labels["by_precision"], markdown, labels)]
-    rows = []
-    for r in result.rows:
+    rows, bars = [], []
+    for cell in result.rows:
+        est, delta = cell.estimate, cell.delta_vs_fp16_pct
         rows.append(
             [
-                r["precision"],
-                fmt(r["throughput_tok_s"], 1),
-                fmt_range(r["energy_per_1k_tokens_j"], r.get("energy_per_1k_tokens_j_range")),
-                ("-" if r["delta_vs_fp16_pct"] is None else f"{r['delta_vs_fp16_pct']:+.1f}%"),
-                fmt(r["tokens_per_j"], 3),
-                fmt(r["vram_gb"], 1),
-                fmt(r["latency_s"], 1),
-                fmt(r["power_w"]),
-                money_text(r.get("cost_usd_per_month")),
-                fmt(r["rank"]),
-                tier_label(labels, r["tier"]),
+                cell.precision,
+                fmt(est.throughput_tok_s, 1),
+                fmt_range(est.energy_per_1k_tokens_j, est.energy_per_1k_tokens_j_range),
+                "-" if delta is None else f"{delta:+.1f}%",
+                fmt(est.tokens_per_j, 3),
+                fmt(est.vram_gb, 1),
+                fmt(est.latency_s, 1),
+                fmt(est.power_w),
+                money_text(est.monthly.cost_usd),
+                fmt(cell.rank),
+                tier_label(labels, est.tier),
             ]
         )
-    out += _table_with_chart(
-        _PRECISION_COLUMNS, rows, result.rows, lambda r: r["precision"], labels, markdown
-    )
+        bars.append((cell.precision, est.energy_per_1k_tokens_j, tier_label(labels, est.tier)))
+    out += _table_with_chart(_PRECISION_COLUMNS, rows, bars, labels, markdown)
     out += _paired_lines(answer, labels)
     out += _trade_offs(answer, labels)
     if result.recommendation:
@@ -108,18 +108,24 @@ _OPTIMIZE_COLUMNS = (
 def _table_with_chart(
     columns: tuple[str, ...],
     cells: list[list[str]],
-    rows: Sequence[dict[str, Any]],
-    bar_label: Callable[[dict[str, Any]], str],
+    bars: list[tuple[str, float | None, str]],
     labels: dict[str, str],
     markdown: bool,
 ) -> list[str]:
-    """A table of ``cells`` under ``columns``, then the rows' J per 1k tokens as bars."""
+    """A table of ``cells`` under ``columns``, then the rows' J per 1k tokens as ``bars``
+    (label, figure, tier)."""
     out = make_table([labels[key] for key in columns], cells, markdown)
     out.append("")
-    return out + _energy_chart(
-        [(bar_label(r), r["energy_per_1k_tokens_j"], tier_label(labels, r["tier"])) for r in rows],
-        markdown,
-    )
+    return out + _energy_chart(bars, markdown)
+
+
+def _bars(
+    rows: Sequence[dict[str, Any]], labels: dict[str, str], name: str
+) -> list[tuple[str, float | None, str]]:
+    """A JSON row's bar: ``name`` formatted with the row, its J per 1k tokens and tier."""
+    return [
+        (name.format(**r), r["energy_per_1k_tokens_j"], tier_label(labels, r["tier"])) for r in rows
+    ]
 
 
 def _energy_chart(items: list[tuple[str, float | None, str]], markdown: bool) -> list[str]:
@@ -134,17 +140,16 @@ def _paired_lines(answer: Answer, labels: dict[str, str]) -> list[str]:
     """Each precision's change vs FP16 as measured in the same session, per session: the
     figure in the table is their median."""
     out = []
-    for r in answer.result.rows:
-        pairs = r.get("paired_deltas") or []
-        if not pairs:
+    for cell in answer.result.rows:
+        if not cell.estimate.paired_deltas:
             continue
         parts = labels["semicolon"].join(
-            f"{p['delta_pct']:+.1f}% ({p['source'].rsplit('/', 1)[-1]}"
-            + ("" if p["session"] == "-" else f", {labels['session']} {p['session']}")
+            f"{delta:+.1f}% ({source.rsplit('/', 1)[-1]}"
+            + ("" if session == "-" else f", {labels['session']} {session}")
             + ")"
-            for p in pairs
+            for source, session, delta, _ in cell.estimate.paired_deltas
         )
-        out.append(labels["paired"].format(p=r["precision"], parts=parts))
+        out.append(labels["paired"].format(p=cell.precision, parts=parts))
     if out:
         out.append("")
     return out
@@ -152,26 +157,27 @@ def _paired_lines(answer: Answer, labels: dict[str, str]) -> list[str]:
 
 def _trade_offs(answer: Answer, labels: dict[str, str]) -> list[str]:
     """Besides energy: memory, latency, cost and accuracy, per precision compared."""
-    rows = [r for r in answer.result.rows if r.get("energy_per_1k_tokens_j") is not None]
+    rows = [c for c in answer.result.rows if c.estimate.energy_per_1k_tokens_j is not None]
     if len(rows) < 2:
         return []
     out: list[Text] = []
 
-    def pick(key: str) -> dict[str, Any] | None:
-        known = [r for r in rows if r.get(key) is not None]
-        return min(known, key=lambda r: r[key]) if known else None
+    def pick(value: Callable[[Estimate], float | None]) -> tuple[str, float] | None:
+        known = [(c.precision, v) for c in rows if (v := value(c.estimate)) is not None]
+        return min(known, key=lambda pv: pv[1]) if known else None
 
-    vram, fast, cheap = pick("vram_gb"), pick("latency_s"), pick("cost_usd_per_month")
+    vram, fast = pick(lambda e: e.vram_gb), pick(lambda e: e.latency_s)
+    cheap = pick(lambda e: e.monthly.cost_usd)
     if vram is not None:
-        p, gb = vram["precision"], vram["vram_gb"]
+        p, gb = vram
         out.append(Text(f"least memory: {p} ({gb:.1f} GB)", f"显存最少：{p}（{gb:.1f} GB）"))
     if fast is not None:
-        p, s = fast["precision"], fast["latency_s"]
+        p, s = fast
         out.append(
             Text(f"lowest latency: {p} ({s:.1f} s per request)", f"延迟最低：{p}（{s:.1f} s/请求）")
         )
     if cheap is not None:
-        p, usd = cheap["precision"], cheap["cost_usd_per_month"]
+        p, usd = cheap
         out.append(
             Text(f"cheapest per month: {p} (${usd:,.2f})", f"每月最便宜：{p}（${usd:,.2f}）")
         )
@@ -202,14 +208,8 @@ def _compare_models(answer: Answer, labels: dict[str, str], markdown: bool) -> l
         ]
         for r in result.rows
     ]
-    out += _table_with_chart(
-        _MODEL_COLUMNS,
-        rows,
-        result.rows,
-        lambda r: f"{r['model']} {r['precision']}",
-        labels,
-        markdown,
-    )
+    bars = _bars(result.rows, labels, "{model} {precision}")
+    out += _table_with_chart(_MODEL_COLUMNS, rows, bars, labels, markdown)
     rec = result.recommendation
     if rec:
         verdicts = {
@@ -261,14 +261,8 @@ def optimize_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
         ]
         for r in result.rows[:8]
     ]
-    out += _table_with_chart(
-        _OPTIMIZE_COLUMNS,
-        rows,
-        result.rows[:8],
-        lambda r: f"{r['precision']} BS{r['batch_size']}",
-        labels,
-        markdown,
-    )
+    bars = _bars(result.rows[:8], labels, "{precision} BS{batch_size}")
+    out += _table_with_chart(_OPTIMIZE_COLUMNS, rows, bars, labels, markdown)
     rejected = result.extra.get("rejected") or []
     if rejected:
         names = sorted({f"{r['precision']} ({', '.join(r['rejected_by'])})" for r in rejected})

@@ -50,11 +50,11 @@ def test_mistral_a800_million_requests():
 
 def test_compare_all_precisions_qwen25_7b_5090():
     res = advise("Compare all precisions for Qwen2.5-7B on a 5090").result
-    by_p = {r["precision"]: r for r in res.rows}
+    by_p = {r["precision"]: r for r in res.to_dict()["rows"]}
     fp16 = _est(with_precision(res.deployment, "fp16"))
     assert by_p["fp16"]["energy_per_1k_tokens_j"] == pytest.approx(fp16.energy_per_1k_tokens_j)
     assert by_p["int8_mixed"]["delta_vs_fp16_pct"] > 0
-    ranked = sorted((r for r in res.rows if r["rank"]), key=lambda r: r["rank"])
+    ranked = sorted((r for r in by_p.values() if r["rank"]), key=lambda r: r["rank"])
     assert ranked[0]["energy_per_1k_tokens_j"] == min(r["energy_per_1k_tokens_j"] for r in ranked)
     for key in ("throughput_tok_s", "tokens_per_j", "vram_gb", "latency_s", "power_w", "tier"):
         assert key in by_p["fp16"]

@@ -5,6 +5,8 @@ GPU evidence, accelerators, and quantization only when its saving holds."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ecoguard.advisor import protocols
@@ -13,8 +15,10 @@ from ecoguard.advisor.question import Question
 from ecoguard.advisor.rendering import render
 from ecoguard.advisor.uncertainty import quantization_holds
 from ecoguard.config import Settings
+from ecoguard.deployment import Deployment
 from ecoguard.findings import Finding, Impact, Mood
 from ecoguard.knowledge import regions
+from ecoguard.knowledge.estimator import Estimate, estimate
 from ecoguard.rules.table import ROWS
 
 
@@ -192,9 +196,22 @@ HOLDS = [
 ]
 
 
+def _record(spec: dict) -> Estimate:
+    """An estimate with only the figures ``spec`` gives (as its JSON spells them)."""
+    bounds = spec.get("energy_per_1k_tokens_j_range")
+    return replace(
+        estimate(Deployment()),
+        energy_per_1k_tokens_j=spec.get("energy_per_1k_tokens_j"),
+        energy_per_1k_tokens_j_range=None if bounds is None else tuple(bounds),
+        paired_deltas=tuple(
+            ("src", "s", p["delta_pct"], "fp16") for p in spec.get("paired_deltas", ())
+        ),
+    )
+
+
 @pytest.mark.parametrize(("quantized", "unquantized", "holds"), HOLDS)
 def test_quantization_holds(quantized, unquantized, holds) -> None:
-    assert quantization_holds(quantized, unquantized) is holds
+    assert quantization_holds(_record(quantized), _record(unquantized)) is holds
 
 
 def test_disagreeing_experiments_recommend_the_unquantized_setup_and_show_the_range() -> None:

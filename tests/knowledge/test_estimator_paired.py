@@ -48,7 +48,7 @@ def test_estimate_compare_optimize_and_the_alert_agree_to_the_joule():
 
     dep = deployment("mistral-7b", "a800", "int8_mixed", 1, 256, 512)
     settings = Settings()
-    cells = {c["precision"]: c for c in compare(dep, settings=settings).rows}
+    cells = {c["precision"]: c for c in compare(dep, settings=settings).to_dict()["rows"]}
     for precision in ("fp16", "int8_mixed", "int8_pure", "nf4"):
         est = estimate(dep.with_(precision=precision), settings=settings)
         assert cells[precision]["energy_per_1k_tokens_j"] == pytest.approx(

@@ -76,7 +76,7 @@ class AdvisorResult:
             "language": self.language,
             "findings": [f.to_dict() for f in self.findings],
             "recommendation": self.recommendation,
-            "rows": [dict(r) for r in self.rows],
+            "rows": [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in self.rows],
             "tier": self.tier,
             "sources": list(self.sources),
             "evidence": list(self.evidence),

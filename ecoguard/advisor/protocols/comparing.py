@@ -14,7 +14,6 @@ from ecoguard.advisor.protocols.base import (
     AdvisorResult,
     cited_result,
     figure,
-    monthly_of,
     with_precision,
 )
 from ecoguard.advisor.texts import Text
@@ -24,6 +23,7 @@ from ecoguard.deployment import PRECISIONS, Deployment, GpuSpec
 from ecoguard.errors import UsageError
 from ecoguard.findings import Finding, Mood, weakest_tier
 from ecoguard.knowledge import find_rows
+from ecoguard.knowledge.estimator import Estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,8 @@ class _Verdict:
 
     def result(
         self,
-        rows: list[dict[str, Any]],
+        rows: Sequence[Any],
+        evidence: list[str],
         sources: list[str] | None = None,
         *,
         tier: str,
@@ -48,7 +49,7 @@ class _Verdict:
     ) -> AdvisorResult:
         """The compare answer: the rows shown, with the reference rows behind them cited."""
         return cited_result(
-            [row_id for row in rows for row_id in row["rows"]],
+            evidence,
             sources or (),
             protocol="compare",
             mood=self.mood,
@@ -61,6 +62,32 @@ class _Verdict:
             notes=tuple(self.notes),
             extra=extra,
         )
+
+
+@dataclass(slots=True)
+class PrecisionCell:
+    """One precision's row: the estimate behind it, its change vs FP16 and its rank (None
+    without an energy figure)."""
+
+    precision: str
+    estimate: Estimate
+    delta_vs_fp16_pct: float | None
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row's JSON: the estimate's figures as its JSON rounds them."""
+        est = self.estimate.to_dict()
+        return {
+            "precision": self.precision,
+            **{k: figure(est, k) for k in ("throughput_tok_s", "energy_per_1k_tokens_j")},
+            "energy_per_1k_tokens_j_range": est["energy_per_1k_tokens_j_range"],
+            "delta_vs_fp16_pct": self.delta_vs_fp16_pct,
+            "paired_deltas": est["paired_deltas"],
+            **{k: figure(est, k) for k in ("tokens_per_j", "vram_gb", "latency_s", "power_w")},
+            "cost_usd_per_month": est["monthly"]["cost_usd"],
+            **{k: est[k] for k in ("tier", "method", "rows")},
+            "rank": self.rank,
+        }
 
 
 def compare(
@@ -76,72 +103,41 @@ def compare(
     settings = settings or Settings()
     if deployment.model.params_b is None and deployment.model.id is None:
         raise UsageError("compare needs a model (an id like Qwen2.5-7B or a size like 7B)")
-    baseline = run_estimate(with_precision(deployment, "fp16"), settings, requests_per_month)
-    base_energy = figure(baseline.to_dict(), "energy_per_1k_tokens_j")
-    estimates = [
-        run_estimate(with_precision(deployment, precision), settings, requests_per_month)
-        for precision in precisions or PRECISIONS
-    ]
-    cells = [
-        _cell(precision, est.to_dict(), base_energy)
-        for precision, est in zip(precisions or PRECISIONS, estimates, strict=True)
-    ]
-    ranked = _ranked(cells)
-    known = [c for c in cells if c["tier"] != "none"]
+    base = run_estimate(with_precision(deployment, "fp16"), settings, requests_per_month)
+    cells = []
+    for precision in precisions or PRECISIONS:
+        est = run_estimate(with_precision(deployment, precision), settings, requests_per_month)
+        delta = _delta_pct(est.energy_per_1k_tokens_j, base.energy_per_1k_tokens_j)
+        cells.append(PrecisionCell(precision, est, delta))
+    ranked = sorted(
+        (c for c in cells if c.estimate.energy_per_1k_tokens_j is not None),
+        key=lambda c: c.estimate.energy_per_1k_tokens_j or 0.0,
+    )
+    for rank, cell in enumerate(ranked, start=1):
+        cell.rank = rank
+    known = [c for c in cells if c.estimate.tier != "none"]
     findings = run_rules(deployment, settings) if deployment.precision else []
     verdict = _precision_verdict(deployment, cells, ranked, known, findings, language)
     return verdict.result(
         cells,
-        [src for est in estimates for src in est.sources],
-        tier=weakest_tier(c["tier"] for c in known),
+        [row for c in cells for row in c.estimate.rows],
+        [src for c in cells for src in c.estimate.sources],
+        tier=weakest_tier(c.estimate.tier for c in known),
         language=language,
         deployment=deployment,
         extra={"baseline": "fp16"},
     )
 
 
-def _cell(precision: str, est: dict[str, Any], base_energy: float | None) -> dict[str, Any]:
-    """One precision's row: the estimator's figures, its change vs FP16 and its evidence."""
-    energy = figure(est, "energy_per_1k_tokens_j")
-    return {
-        "precision": precision,
-        "throughput_tok_s": figure(est, "throughput_tok_s"),
-        "energy_per_1k_tokens_j": energy,
-        "energy_per_1k_tokens_j_range": est.get("energy_per_1k_tokens_j_range"),
-        "delta_vs_fp16_pct": (
-            round((energy / base_energy - 1.0) * 100.0, 1) if energy and base_energy else None
-        ),
-        "paired_deltas": list(est.get("paired_deltas") or ()),
-        "tokens_per_j": figure(est, "tokens_per_j"),
-        "vram_gb": figure(est, "vram_gb"),
-        "latency_s": figure(est, "latency_s"),
-        "power_w": figure(est, "power_w"),
-        "cost_usd_per_month": monthly_of(est).get("cost_usd"),
-        "tier": est.get("tier", "none"),
-        "method": est.get("method"),
-        "rows": list(est.get("rows") or ()),
-    }
-
-
-def _ranked(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The cells with an energy figure, lowest first; every cell gets its ``rank`` (None
-    without a figure)."""
-    ranked = sorted(
-        (c for c in cells if c["energy_per_1k_tokens_j"] is not None),
-        key=lambda c: c["energy_per_1k_tokens_j"],
-    )
-    for rank, cell in enumerate(ranked, start=1):
-        cell["rank"] = rank
-    for cell in cells:
-        cell.setdefault("rank", None)
-    return ranked
+def _delta_pct(energy: float | None, base: float | None) -> float | None:
+    return round((energy / base - 1.0) * 100.0, 1) if energy and base else None
 
 
 def _precision_verdict(
     deployment: Deployment,
-    cells: list[dict[str, Any]],
-    ranked: list[dict[str, Any]],
-    known: list[dict[str, Any]],
+    cells: list[PrecisionCell],
+    ranked: list[PrecisionCell],
+    known: list[PrecisionCell],
     findings: list[Finding],
     language: str,
 ) -> _Verdict:
@@ -156,29 +152,32 @@ def _precision_verdict(
         mood = Mood.GREEN
     best = ranked[0] if ranked else None
     notes: list[str] = []
-    fp16_cell = next((c for c in cells if c["precision"] == "fp16"), None)
+    fp16_cell = next((c for c in cells if c.precision == "fp16"), None)
     if (
         best is not None
-        and best["precision"] not in UNQUANTIZED
+        and best.precision not in UNQUANTIZED
         and fp16_cell is not None
-        and fp16_cell["energy_per_1k_tokens_j"] is not None
-        and not quantization_holds(best, fp16_cell)
+        and fp16_cell.estimate.energy_per_1k_tokens_j is not None
+        and not quantization_holds(best.estimate, fp16_cell.estimate)
     ):
         batch = deployment.batch_size or 1
-        lowest = Quote(best["precision"], batch, best["energy_per_1k_tokens_j"], best)
-        ref = Quote("fp16", batch, fp16_cell["energy_per_1k_tokens_j"], fp16_cell)
-        notes.append(uncertain_reason(lowest, ref, language))
-        unquantized = [c for c in ranked if c["precision"] in UNQUANTIZED]
+        notes.append(
+            uncertain_reason(
+                Quote(best.precision, batch, best.estimate),
+                Quote("fp16", batch, fp16_cell.estimate),
+                language,
+            )
+        )
+        unquantized = [c for c in ranked if c.precision in UNQUANTIZED]
         best = unquantized[0] if unquantized else best
     recommendation = None
     if best is not None:
+        row = best.to_dict()
         recommendation = {
-            "precision": best["precision"],
-            "energy_per_1k_tokens_j": best["energy_per_1k_tokens_j"],
-            "energy_per_1k_tokens_j_range": best.get("energy_per_1k_tokens_j_range"),
-            "delta_vs_fp16_pct": best["delta_vs_fp16_pct"],
-            "tier": best["tier"],
+            key: row[key]
+            for key in ("precision", "energy_per_1k_tokens_j", "energy_per_1k_tokens_j_range")
         }
+        recommendation.update(delta_vs_fp16_pct=best.delta_vs_fp16_pct, tier=row["tier"])
     return _Verdict(mood, recommendation, findings, notes)
 
 
@@ -206,6 +205,7 @@ def compare_across_models(
     verdict = _models_verdict(rows_out, wanted, gpu_profile, architecture, language)
     return verdict.result(
         rows_out,
+        [row_id for row in rows_out for row_id in row["rows"]],
         tier=weakest_tier(r["tier"] for r in rows_out),
         language=language,
         extra={"scope": "models", "gpu": gpu_profile},

@@ -76,7 +76,7 @@ class _Cell:
         )
 
     def quote(self) -> Quote:
-        return Quote(self.precision, self.batch_size, self.energy, self.estimate.to_dict())
+        return Quote(self.precision, self.batch_size, self.estimate)
 
     def to_row(self) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -334,7 +334,7 @@ def _choose(candidates: list[_Cell], current_batch: int) -> tuple[_Cell, _Cell, 
         cand.holds = (
             cand.precision in UNQUANTIZED
             or ref is None
-            or quantization_holds(cand.estimate.to_dict(), ref.estimate.to_dict())
+            or quantization_holds(cand.estimate, ref.estimate)
         )
         cand.reference = ref
     eligible = [c for c in candidates if c.holds] or candidates
