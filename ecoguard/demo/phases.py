@@ -8,6 +8,7 @@ torch and transformers are imported inside the steps that use them, so importing
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import tempfile
 import threading
@@ -378,11 +379,20 @@ def serve_until_interrupted(out: Progress, settings: Settings, url: str | None) 
         out.say("  /metrics could not be served again (see the error above)")
         return
     out.say(f"\nServing {server.url} until Ctrl-C (this run's counters; the GPU has stopped).")
+    stopped = threading.Event()
+    # Ctrl-C or a plain `kill` ends it, also when started with SIGINT ignored (a background job,
+    # nohup, some CI runners), where KeyboardInterrupt would never come.
+    previous = {
+        signum: signal.signal(signum, lambda *_: stopped.set())
+        for signum in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
+        while not stopped.wait(0.5):
+            pass
         out.say("  stopped.")
     finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         prometheus.stop_metrics_server()
 
 
