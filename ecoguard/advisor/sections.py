@@ -4,7 +4,7 @@ estimate (current vs optimized side by side), the batching advice and the audit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ecoguard.advisor.layout import (
@@ -119,15 +119,6 @@ def _table_with_chart(
     return out + _energy_chart(bars, markdown)
 
 
-def _bars(
-    rows: Sequence[dict[str, Any]], labels: dict[str, str], name: str
-) -> list[tuple[str, float | None, str]]:
-    """A JSON row's bar: ``name`` formatted with the row, its J per 1k tokens and tier."""
-    return [
-        (name.format(**r), r["energy_per_1k_tokens_j"], tier_label(labels, r["tier"])) for r in rows
-    ]
-
-
 def _energy_chart(items: list[tuple[str, float | None, str]], markdown: bool) -> list[str]:
     """J per 1k tokens as bars (fenced in Markdown), then a blank line; nothing without data."""
     chart = bar_chart(items, unit="J/1k")
@@ -208,7 +199,14 @@ def _compare_models(answer: Answer, labels: dict[str, str], markdown: bool) -> l
         ]
         for r in result.rows
     ]
-    bars = _bars(result.rows, labels, "{model} {precision}")
+    bars = [
+        (
+            f"{r['model']} {r['precision']}",
+            r["energy_per_1k_tokens_j"],
+            tier_label(labels, r["tier"]),
+        )
+        for r in result.rows
+    ]
     out += _table_with_chart(_MODEL_COLUMNS, rows, bars, labels, markdown)
     rec = result.recommendation
     if rec:
@@ -248,20 +246,22 @@ def optimize_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
     for reason in rec.get("reasons", []):
         out.append(f"- {reason}")
     out.append("")
-    rows = [
-        [
-            fmt(r["rank"]),
-            r["precision"],
-            str(r["batch_size"]),
-            fmt(r["energy_per_1k_tokens_j"]),
-            fmt(r["throughput_tok_s"], 1),
-            fmt(r["vram_gb"], 1),
-            money_text(r.get("cost_usd_per_month")),
-            tier_label(labels, r["tier"]),
-        ]
-        for r in result.rows[:8]
-    ]
-    bars = _bars(result.rows[:8], labels, "{precision} BS{batch_size}")
+    rows, bars = [], []
+    for cell in result.rows[:8]:
+        est, tier = cell.estimate, tier_label(labels, cell.estimate.tier)
+        rows.append(
+            [
+                fmt(cell.rank),
+                cell.precision,
+                str(cell.batch_size),
+                fmt(est.energy_per_1k_tokens_j),
+                fmt(est.throughput_tok_s, 1),
+                fmt(est.vram_gb, 1),
+                money_text(est.monthly.cost_usd),
+                tier,
+            ]
+        )
+        bars.append((f"{cell.precision} BS{cell.batch_size}", est.energy_per_1k_tokens_j, tier))
     out += _table_with_chart(_OPTIMIZE_COLUMNS, rows, bars, labels, markdown)
     rejected = result.extra.get("rejected") or []
     if rejected:

@@ -25,9 +25,10 @@ def test_greenest_qwen25_3b_on_5090():
     assert res.protocol == "optimize" and res.deployment.gpu.profile == "rtx5090"
     rec = res.recommendation
     # Quantized cells whose saving does not hold across the experiments cannot win.
-    holding = [r["energy_per_1k_tokens_j"] for r in res.rows if r["holds"]]
+    rows = res.to_dict()["rows"]
+    holding = [r["energy_per_1k_tokens_j"] for r in rows if r["holds"]]
     assert rec["energy_per_1k_tokens_j"] <= min(holding) * 1.05
-    lower = [r for r in res.rows if r["energy_per_1k_tokens_j"] < rec["energy_per_1k_tokens_j"]]
+    lower = [r for r in rows if r["energy_per_1k_tokens_j"] < rec["energy_per_1k_tokens_j"]]
     if lower:
         assert not any(r["holds"] for r in lower)
         assert any("does not hold" in reason for reason in rec["reasons"])

@@ -16,7 +16,6 @@ from ecoguard.advisor.protocols.base import (
     cited_result,
     equivalents,
     figure,
-    monthly_of,
     plural,
     use_for_batch_size,
     with_precision,
@@ -33,70 +32,44 @@ from ecoguard.knowledge.estimator import Estimate
 
 @dataclass(slots=True)
 class _Cell:
-    """One precision x batch size tried: the estimator's figures and, as the search goes on,
-    what ruled it out, whether its saving holds against the FP16 cell (``reference``) at the
-    same batch size, and its rank. ``to_row()`` is the table row the answer shows."""
+    """One precision x batch size tried: the estimate and, as the search goes on, what ruled
+    it out, whether its saving holds against the FP16 cell (``reference``) at the same batch
+    size, and its rank. ``to_dict()`` is the table row's JSON."""
 
     precision: str
     batch_size: int
-    energy: float  # J per 1k generated tokens
-    throughput_tok_s: float | None
-    latency_s: float | None
-    vram_gb: float | None
-    cost_usd_per_month: float | None
-    tier: str
-    rows: list[str]
-    sources: list[str]
     estimate: Estimate
     rejected_by: list[str] | None = None
     holds: bool | None = None
     reference: _Cell | None = None
     rank: int | None = None
 
-    @classmethod
-    def of(cls, precision: str, batch_size: int, estimate: Estimate) -> _Cell | None:
-        """The cell for an estimate (its figures as its JSON rounds them); None when no energy
-        figure supports it."""
-        est = estimate.to_dict()
-        energy = figure(est, "energy_per_1k_tokens_j")
-        if energy is None:
-            return None
-        return cls(
-            precision=precision,
-            batch_size=batch_size,
-            energy=energy,
-            throughput_tok_s=figure(est, "throughput_tok_s"),
-            latency_s=figure(est, "latency_s"),
-            vram_gb=figure(est, "vram_gb"),
-            cost_usd_per_month=monthly_of(est).get("cost_usd"),
-            tier=est.get("tier", "none"),
-            rows=list(est.get("rows") or ()),
-            sources=list(est.get("sources") or ()),
-            estimate=estimate,
-        )
+    @property
+    def energy(self) -> float:
+        """J per 1k generated tokens (every cell has one: see ``_candidates``)."""
+        return self.estimate.energy_per_1k_tokens_j or 0.0
 
     def quote(self) -> Quote:
         return Quote(self.precision, self.batch_size, self.estimate)
 
-    def to_row(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
+        """The row's JSON: the estimate's figures as its JSON rounds them."""
+        est = self.estimate.to_dict()
         row: dict[str, Any] = {
             "precision": self.precision,
             "batch_size": self.batch_size,
-            "energy_per_1k_tokens_j": self.energy,
-            "throughput_tok_s": self.throughput_tok_s,
-            "latency_s": self.latency_s,
-            "vram_gb": self.vram_gb,
-            "cost_usd_per_month": self.cost_usd_per_month,
-            "tier": self.tier,
-            "rows": self.rows,
+            "energy_per_1k_tokens_j": figure(est, "energy_per_1k_tokens_j"),
+            **{k: figure(est, k) for k in ("throughput_tok_s", "latency_s", "vram_gb")},
+            "cost_usd_per_month": est["monthly"]["cost_usd"],
+            **{k: est[k] for k in ("tier", "rows")},
         }
-        if self.rejected_by is not None:
-            row["rejected_by"] = self.rejected_by
-        if self.holds is not None:
-            row["holds"] = self.holds
-        if self.rank is not None:
-            row["rank"] = self.rank
+        for key in ("rejected_by", "holds", "rank"):
+            if getattr(self, key) is not None:
+                row[key] = getattr(self, key)
         return row
+
+
+ENERGY = "energy_per_1k_tokens_j"
 
 
 def _blocking(findings: Iterable[Finding]) -> list[Finding]:
@@ -146,7 +119,7 @@ def optimize(
         return _nothing_passes(current_dep, current_est, current_findings, rejected, use, language)
     chosen, lowest, best_energy = _choose(candidates, current_dep.batch_size or 1)
     ranked = _ranked(candidates)
-    current_energy = figure(current_est.to_dict(), "energy_per_1k_tokens_j")
+    current_energy = current_est.energy_per_1k_tokens_j
     reasons = _reasons(
         chosen, lowest, best_energy, candidates, rejected, current_dep, current_energy, use,
         sizes, language,
@@ -169,20 +142,20 @@ def optimize(
         mood = Mood.worst([mood, Mood.YELLOW])
     money = chosen.estimate.monthly
     return cited_result(
-        [*current_est.rows, *chosen.rows, *_rows_of(ranked[:6])],
-        [*current_est.sources, *chosen.sources],
+        [*current_est.rows, *chosen.estimate.rows, *_rows_of(ranked[:6])],
+        [*current_est.sources, *chosen.estimate.sources],
         protocol="optimize",
         mood=mood,
         language=language,
         deployment=current_dep,
         findings=findings,
         recommendation=recommendation,
-        rows=tuple(c.to_row() for c in ranked),
-        tier=weakest_tier((chosen.tier, current_est.tier)),
+        rows=tuple(ranked),
+        tier=weakest_tier((chosen.estimate.tier, current_est.tier)),
         current=current_est,
         optimized=chosen.estimate,
         equivalents=equivalents(money.energy_kwh, money.co2_kg, language),
-        extra={"use": use, "rejected": [r.to_row() for r in rejected]},
+        extra={"use": use, "rejected": [r.to_dict() for r in rejected]},
         batching=advice,
     )
 
@@ -207,7 +180,7 @@ def _ranked(candidates: list[_Cell]) -> list[_Cell]:
 
 
 def _rows_of(cells: Iterable[_Cell]) -> list[str]:
-    return [row for cell in cells for row in cell.rows]
+    return [row for cell in cells for row in cell.estimate.rows]
 
 
 def _current(deployment: Deployment, use: str) -> Deployment:
@@ -235,7 +208,7 @@ def _nothing_passes(
         deployment=current,
         findings=tuple(current_findings),
         current=current_est,
-        rows=tuple(c.to_row() for c in rejected),
+        rows=tuple(rejected),
         notes=(
             Text(
                 "No configuration of this model on this GPU has data that passes the rules.",
@@ -250,25 +223,23 @@ def _recommendation(
     chosen: _Cell, current_est: Estimate, use: str, reasons: list[str]
 ) -> dict[str, Any]:
     """The chosen configuration with its saving against the current one (energy %, $/month)."""
-    current, chosen_json = current_est.to_dict(), chosen.estimate.to_dict()
-    current_energy = figure(current, "energy_per_1k_tokens_j")
-    current_cost = monthly_of(current).get("cost_usd")
-    saving_pct = round((1 - chosen.energy / current_energy) * 100.0, 1) if current_energy else None
+    current, row, chosen_json = current_est.to_dict(), chosen.to_dict(), chosen.estimate.to_dict()
+    current_energy, energy = figure(current, ENERGY), row[ENERGY]
+    current_cost, cost = current["monthly"]["cost_usd"], row["cost_usd_per_month"]
+    saving_pct = round((1 - energy / current_energy) * 100.0, 1) if current_energy else None
     saving_usd = (
-        round(current_cost - chosen.cost_usd_per_month, 2)
-        if current_cost is not None and chosen.cost_usd_per_month is not None
-        else None
+        round(current_cost - cost, 2) if current_cost is not None and cost is not None else None
     )
     return {
         "precision": chosen.precision,
         "batch_size": chosen.batch_size,
         "use": use,
-        "energy_per_1k_tokens_j": chosen.energy,
-        "throughput_tok_s": chosen.throughput_tok_s,
-        "cost_usd_per_month": chosen.cost_usd_per_month,
+        ENERGY: energy,
+        "throughput_tok_s": row["throughput_tok_s"],
+        "cost_usd_per_month": cost,
         "saving_pct": saving_pct,
         "saving_usd_per_month": saving_usd,
-        "tier": chosen.tier,
+        "tier": row["tier"],
         "changes_outputs": chosen.precision not in UNQUANTIZED,
         "energy_per_1k_tokens_j_range": chosen_json["energy_per_1k_tokens_j_range"],
         "paired_deltas": chosen_json["paired_deltas"],
@@ -311,13 +282,13 @@ def _candidates(
     for precision in precisions:
         for batch in sizes:
             dep = with_precision(current, precision).with_(batch_size=batch)
-            cell = _Cell.of(precision, batch, run_estimate(dep, settings, requests_per_month))
-            if cell is None:
+            cell = _Cell(precision, batch, run_estimate(dep, settings, requests_per_month))
+            if cell.estimate.energy_per_1k_tokens_j is None:
                 continue  # nothing supports this cell; it is not a candidate
             blocking = _blocking(run_rules(dep, settings))
             if blocking:
                 cell.rejected_by = [f.rule for f in blocking]
-            elif vram_limit and cell.vram_gb and cell.vram_gb > vram_limit:
+            elif vram_limit and (cell.estimate.vram_gb or 0) > vram_limit:
                 cell.rejected_by = ["vram-overflow"]
             (rejected if cell.rejected_by else candidates).append(cell)
     return candidates, rejected
@@ -345,7 +316,7 @@ def _choose(candidates: list[_Cell], current_batch: int) -> tuple[_Cell, _Cell, 
         near,
         key=lambda c: (
             0 if c.precision in UNQUANTIZED else 1,
-            -TIER_STRENGTH.get(c.tier, 0),
+            -TIER_STRENGTH.get(c.estimate.tier, 0),
             c.batch_size < current_batch,
             c.batch_size,
             c.energy,
