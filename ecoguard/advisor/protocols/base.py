@@ -205,10 +205,6 @@ def equivalents(
     return tuple(out)
 
 
-def monthly_of(est_dict: dict[str, Any]) -> dict[str, Any]:
-    return est_dict.get("monthly") or {}
-
-
 def figure(est_dict: dict[str, Any], key: str) -> float | None:
     value = est_dict.get(key)
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
