@@ -46,9 +46,9 @@ def use_for_batch_size(batch_size: int | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AdvisorResult:
-    """What one protocol found. ``rows`` are the table rows shown (dicts of plain values, each
-    figure with a tier); ``evidence`` are reference row ids behind the figures; ``current`` and
-    ``optimized`` are the estimator's records side by side where a protocol has them."""
+    """What one protocol found. ``rows`` are the table rows shown (records on an ``estimate``
+    with ``to_dict``, or dicts of plain values with a tier); ``evidence`` are reference row ids
+    behind the figures; ``current`` and ``optimized`` are the estimator's records."""
 
     protocol: str
     mood: Mood
@@ -56,7 +56,7 @@ class AdvisorResult:
     deployment: Deployment | None = None
     findings: tuple[Finding, ...] = ()
     recommendation: dict[str, Any] | None = None
-    rows: tuple[dict[str, Any], ...] = ()
+    rows: tuple[Any, ...] = ()
     tier: str = "none"
     sources: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
