@@ -167,7 +167,7 @@ def _rank_precisions(
         gaps = [
             abs(math.log(value / expected))
             for key, value in observed.items()
-            if value and (expected := figure(est.to_dict(), key))
+            if value and (expected := getattr(est, key))
         ]
         if gaps:
             candidates.append(_Candidate(precision, sum(gaps) / len(gaps), est))
