@@ -21,7 +21,6 @@ from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.findings import Finding, Impact, Mood, weakest_tier
 from ecoguard.knowledge import find_rows, gpu_profiles
-from ecoguard.knowledge.estimator import Estimate
 
 SECONDS_PER_MONTH = 30 * 86_400
 BATCHER_MAX = 16  # the batcher's max_batch_size the advice proposes for serving
@@ -43,9 +42,9 @@ class BatchingAdvice:
     seconds_per_request: float | None
     gpu_days_per_month: float | None  # GPU time the monthly volume takes at the current batch
     energy_now_j_per_1k: float | None
-    energy_now_range: tuple[float, float] | None
+    energy_now_range: list[float] | None
     energy_target_j_per_1k: float | None
-    energy_target_range: tuple[float, float] | None
+    energy_target_range: list[float] | None
     saving_pct: float | None
     saving_usd_per_month: float | None
     saving_kwh_per_month: float | None
@@ -73,9 +72,9 @@ class BatchingAdvice:
             "seconds_per_request": _round(self.seconds_per_request, 2),
             "gpu_days_per_month": _round(self.gpu_days_per_month, 1),
             "energy_now_j_per_1k": _round(self.energy_now_j_per_1k, 1),
-            "energy_now_range": _range(self.energy_now_range),
+            "energy_now_range": self.energy_now_range,
             "energy_target_j_per_1k": _round(self.energy_target_j_per_1k, 1),
-            "energy_target_range": _range(self.energy_target_range),
+            "energy_target_range": self.energy_target_range,
             "saving_pct": self.saving_pct,
             "saving_usd_per_month": self.saving_usd_per_month,
             "saving_kwh_per_month": _round(self.saving_kwh_per_month, 3),
@@ -232,12 +231,7 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _range(bounds: tuple[float, float] | None) -> list[float] | None:
-    """A p10-p90 range as the estimate's JSON rounds it."""
-    return None if bounds is None else [round(bounds[0], 3), round(bounds[1], 3)]
-
-
-def _range_text(value: float | None, bounds: tuple[float, float] | None) -> str:
+def _range_text(value: float | None, bounds: list[float] | None) -> str:
     if value is None:
         return "-"
     if bounds and len(bounds) == 2 and None not in bounds:
@@ -245,16 +239,18 @@ def _range_text(value: float | None, bounds: tuple[float, float] | None) -> str:
     return f"{value:,.0f}"
 
 
-def seconds_per_request(est: Estimate, deployment: Deployment) -> float | None:
+def seconds_per_request(est: dict[str, Any], deployment: Deployment) -> float | None:
     """Wall time of one request at this batch size: the estimator's latency, else generated
     tokens / throughput, else energy per request / power."""
-    if est.latency_s and est.latency_s > 0:
-        return est.latency_s
-    tput = est.throughput_tok_s
-    if tput and tput > 0 and deployment.generation_tokens:
+    latency = est.get("latency_s")
+    if isinstance(latency, (int, float)) and latency > 0:
+        return float(latency)
+    tput = est.get("throughput_tok_s")
+    if isinstance(tput, (int, float)) and tput > 0 and deployment.generation_tokens:
         return deployment.generation_tokens * max(1, deployment.batch_size or 1) / tput
-    if est.energy_per_request_j is not None and est.power_w and est.power_w > 0:
-        return est.energy_per_request_j / est.power_w
+    energy, power = est.get("energy_per_request_j"), est.get("power_w")
+    if isinstance(energy, (int, float)) and isinstance(power, (int, float)) and power > 0:
+        return float(energy) / float(power)
     return None
 
 
@@ -338,7 +334,7 @@ def requests_in_flight(
     """``(requests in flight, basis, seconds per request at batch size 1)``: stated, or derived
     by Little's law (arrival rate x time in the system) from the monthly volume."""
     single = deployment.with_(batch_size=1)
-    base = run_estimate(single, settings, requests_per_month)
+    base = run_estimate(single, settings, requests_per_month).to_dict()
     per_request = seconds_per_request(base, single)
     basis = "derived"
     if per_request is None:
@@ -369,9 +365,9 @@ def batching_advice(
     that one, so the answer does not name two targets)."""
     current_batch = max(1, deployment.batch_size or 1)
     now_dep = deployment.with_(batch_size=current_batch)
-    now = run_estimate(now_dep, settings, requests_per_month)
-    energy_now = now.energy_per_1k_tokens_j
-    if energy_now is None:
+    now = run_estimate(now_dep, settings, requests_per_month).to_dict()
+    energy_now = now.get("energy_per_1k_tokens_j")
+    if not isinstance(energy_now, (int, float)):
         return None
     in_flight, basis, per_request = requests_in_flight(
         now_dep,
@@ -383,11 +379,11 @@ def batching_advice(
     conditional = use == "chat" and not serving
     target = _target_batch(use, conditional, current_batch, in_flight, basis, target_batch)
     after = (
-        run_estimate(now_dep.with_(batch_size=target), settings, requests_per_month)
+        run_estimate(now_dep.with_(batch_size=target), settings, requests_per_month).to_dict()
         if target != current_batch
         else None
     )
-    energy_after = None if after is None else after.energy_per_1k_tokens_j
+    energy_after = (after or {}).get("energy_per_1k_tokens_j")
     return BatchingAdvice(
         use=use,
         serving=serving,
@@ -400,26 +396,32 @@ def batching_advice(
             requests_per_month * per_request / 86_400 if per_request is not None else None
         ),
         energy_now_j_per_1k=energy_now,
-        energy_now_range=now.energy_per_1k_tokens_j_range,
-        energy_target_j_per_1k=energy_after,
-        energy_target_range=None if after is None else after.energy_per_1k_tokens_j_range,
+        energy_now_range=now.get("energy_per_1k_tokens_j_range"),
+        energy_target_j_per_1k=energy_after if isinstance(energy_after, (int, float)) else None,
+        energy_target_range=None if after is None else after.get("energy_per_1k_tokens_j_range"),
         saving_pct=(
             round((1 - energy_after / energy_now) * 100.0, 1)
-            if energy_after is not None and energy_now
+            if isinstance(energy_after, (int, float)) and energy_now
             else None
         ),
         saving_usd_per_month=_monthly_saving(now, after, "cost_usd", 2),
         saving_kwh_per_month=_monthly_saving(now, after, "energy_kwh"),
-        tier=now.tier if after is None else weakest_tier((now.tier, after.tier)),
+        tier=(
+            now.get("tier", "none")
+            if after is None
+            else weakest_tier((now.get("tier", "none"), after.get("tier", "none")))
+        ),
         fix=f"ecoguard.install(batching=True, max_batch_size={max(target, 2)})",
         conditional=conditional,
         rows=_evidence(now, after),
     )
 
 
-def _evidence(now: Estimate, after: Estimate | None) -> tuple[str, ...]:
+def _evidence(now: dict[str, Any], after: dict[str, Any] | None) -> tuple[str, ...]:
     """The rows behind the current figure and, when there is a target, behind it too."""
-    return tuple(dict.fromkeys([*now.rows, *(after.rows if after else ())]))
+    if after is None:
+        return tuple(now.get("rows") or ())
+    return tuple(dict.fromkeys([*(now.get("rows") or ()), *(after.get("rows") or ())]))
 
 
 def _target_batch(
@@ -445,14 +447,15 @@ def _target_batch(
 
 
 def _monthly_saving(
-    now: Estimate, after: Estimate | None, key: str, digits: int | None = None
+    now: dict[str, Any], after: dict[str, Any] | None, key: str, digits: int | None = None
 ) -> float | None:
     """How much less of a monthly figure (``cost_usd``, ``energy_kwh``) the target batch
     takes; None when either side lacks it."""
     if after is None:
         return None
-    before, then = getattr(now.monthly, key), getattr(after.monthly, key)
-    if before is None or then is None:
+    before = (now.get("monthly") or {}).get(key)
+    then = (after.get("monthly") or {}).get(key)
+    if not isinstance(before, (int, float)) or not isinstance(then, (int, float)):
         return None
     return before - then if digits is None else round(before - then, digits)
 
