@@ -24,6 +24,27 @@ CASES = {
         True,
     ),
     "amd_gray.md": ("Qwen2-1.5B on an AMD MI300X, cost?", "md", False),
+    # The JSON edge: every protocol's records turned into JSON (figures rounded as before).
+    "optimize_qwen25_3b_5090.json": (
+        "What is the greenest config for Qwen2.5-3B on an RTX 5090?",
+        "json",
+        False,
+    ),
+    "compare_qwen25_7b_5090.json": (
+        "Compare all precisions for Qwen2.5-7B on a 5090",
+        "json",
+        False,
+    ),
+    "estimate_mistral_a800.json": (
+        "What will Mistral-7B on an A800 cost for a million requests a month?",
+        "json",
+        False,
+    ),
+    "diagnose_int8_a800.json": (
+        "Mistral-7B on A800 with load_in_8bit=True, I only get 10 tok/s",
+        "json",
+        False,
+    ),
 }
 
 
