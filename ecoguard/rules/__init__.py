@@ -125,6 +125,21 @@ def evaluate(
 _EVIDENCE_LIMIT = 8
 
 
+def evidence_row(row: Any) -> dict[str, Any]:
+    """A reference row as a trap's evidence: its id, GPU, model, precision, batch size,
+    J per 1k tokens, tier and source file (what ``explain`` and diagnose show)."""
+    return {
+        "id": row.id,
+        "gpu": row.gpu,
+        "model": row.model_id,
+        "precision": row.precision,
+        "batch_size": row.batch_size,
+        "energy_j_per_1k": row.energy_j_per_1k,
+        "tier": row.tier,
+        "source": row.source,
+    }
+
+
 def explain(rule_id: str) -> dict[str, Any]:
     """What ``rule_id`` checks, why, the fix, and the reference rows behind it (ids, figures,
     tiers). UsageError for an unknown id."""
@@ -134,18 +149,7 @@ def explain(rule_id: str) -> dict[str, Any]:
         try:
             for row in reference_rows():
                 if row.tier in ("measured", "reported") and spec.evidence(row):
-                    rows.append(
-                        {
-                            "id": row.id,
-                            "gpu": row.gpu,
-                            "model": row.model_id,
-                            "precision": row.precision,
-                            "batch_size": row.batch_size,
-                            "energy_j_per_1k": row.energy_j_per_1k,
-                            "tier": row.tier,
-                            "source": row.source,
-                        }
-                    )
+                    rows.append(evidence_row(row))
                     if len(rows) >= _EVIDENCE_LIMIT:
                         break
         except Exception as exc:  # knowledge tables not available: explain without rows

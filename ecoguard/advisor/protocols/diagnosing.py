@@ -21,7 +21,7 @@ from ecoguard.errors import UsageError
 from ecoguard.findings import Finding, Mood
 from ecoguard.knowledge import crossover
 from ecoguard.knowledge.estimator import Estimate
-from ecoguard.rules import RULES, explain
+from ecoguard.rules import RULES, evidence_row, explain
 
 # The architectures whose crossover size a small-model-quant diagnosis shows.
 _CROSSOVER_ARCHITECTURES = ("turing", "ampere", "ada", "blackwell")
@@ -283,16 +283,7 @@ def _trap_rows(finding: Finding, dep: Deployment) -> list[Any]:
 def _evidence_dict(row: Any) -> dict[str, Any]:
     """A reference row as a trap's evidence (the fields ``rules.explain`` gives, and the
     row's own published change vs FP16 when it has one)."""
-    out = {
-        "id": row.id,
-        "gpu": row.gpu,
-        "model": row.model_id,
-        "precision": row.precision,
-        "batch_size": row.batch_size,
-        "energy_j_per_1k": row.energy_j_per_1k,
-        "tier": row.tier,
-        "source": row.source,
-    }
+    out = evidence_row(row)
     if row.delta_vs_fp16_pct is not None:
         out["delta_vs_fp16_pct"] = row.delta_vs_fp16_pct
     return out
