@@ -29,7 +29,6 @@ from ecoguard.advisor.deployments import (
     settings_for,
     settings_used_for,
     volume_default,
-    volume_default_entry,
 )
 from ecoguard.advisor.estimates import Cells
 from ecoguard.advisor.parse import parse_question
@@ -246,11 +245,13 @@ def _answer(
     )
     # The requests in flight are the engine's batch already: no batcher, no batch-size-one.
     asked = replace(question, concurrency=dep.batch_size) if engine_batches else question
-    result = spec.run(_request(asked, dep, settings, requests, max_batch, serving))
+    result = spec.run(Request(asked, dep, settings, requests, max_batch, serving))
     if engine_batches:  # the engine batches; ecoguard's batcher is not put in front of it
         result = replace(result, batching=None)
     if requests is None and spec.lists_volume == "when_batched" and result.mood != Mood.GRAY:
-        defaults.append(volume_default_entry(settings))  # the batching advice uses it
+        defaults.append(
+            Default.of("requests_per_month", settings.monthly_requests)
+        )  # the batching advice uses it
     batching = result.batching
     if (
         batching is None
@@ -348,17 +349,6 @@ def _precisions_in_play(question: Question, result: protocols.AdvisorResult) -> 
     if result.recommendation and result.recommendation.get("precision"):
         found.append(result.recommendation["precision"])
     return tuple(dict.fromkeys(found))
-
-
-def _request(
-    question: Question,
-    dep: Deployment,
-    settings: Settings,
-    requests: int | None,
-    max_batch: int | None,
-    serving: bool,
-) -> Request:
-    return Request(question, dep, settings, requests, max_batch, serving)
 
 
 def _max_batch(

@@ -292,10 +292,6 @@ def volume_default(
         return None
     if lists == "with_model" and question.model is None:
         return None
-    return volume_default_entry(settings)
-
-
-def volume_default_entry(settings: Settings) -> Default:
     return Default.of("requests_per_month", settings.monthly_requests)
 
 
