@@ -88,18 +88,8 @@ _PERIOD_BEFORE = lazy_pattern(
     r"[^\d零一二两三四五六七八九十百千万亿]{0,8}$",
     re.IGNORECASE,
 )
-_ZH_PERIOD = {
-    "秒": "second",
-    "秒钟": "second",
-    "分钟": "minute",
-    "小时": "hour",
-    "天": "day",
-    "日": "day",
-    "周": "week",
-    "星期": "week",
-    "月": "month",
-    "年": "year",
-}
+# The Chinese words in _PERIOD_WORDS (every one _PERIOD_BEFORE reads) -> their period.
+_ZH_PERIOD = {w: period for rx, period in _PERIOD_WORDS for w in rx.split("|") if not w.isascii()}
 
 # What is counted. Longest alternatives first; each kind maps to how it turns into work.
 UNITS: tuple[tuple[str, str], ...] = (
