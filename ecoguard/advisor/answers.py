@@ -249,9 +249,8 @@ def _answer(
     if engine_batches:  # the engine batches; ecoguard's batcher is not put in front of it
         result = replace(result, batching=None)
     if requests is None and spec.lists_volume == "when_batched" and result.mood != Mood.GRAY:
-        defaults.append(
-            Default.of("requests_per_month", settings.monthly_requests)
-        )  # the batching advice uses it
+        # The batching advice uses it.
+        defaults.append(Default.of("requests_per_month", settings.monthly_requests))
     batching = result.batching
     if (
         batching is None

@@ -54,10 +54,7 @@ def audit(
                 "这段代码无法按 Python 解析，因此没有做任何判断：" + "；".join(why),
             ).get(language)
         )
-    if findings:
-        mood = Mood.worst(f.mood for f in findings)
-    else:
-        mood = Mood.GRAY if unparsed else Mood.GREEN
+    mood = Mood.GRAY if unparsed else Mood.worst(f.mood for f in findings)
     return cited_result(
         [row for f in findings for row in f.evidence],
         protocol="audit",

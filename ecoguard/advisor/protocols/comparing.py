@@ -144,12 +144,7 @@ def _precision_verdict(
     """Gray without data, else the worst finding's mood (green without one). The lowest cell
     is recommended, unless it is quantized and its saving does not hold across the
     experiments: then the lowest unquantized one, with the reason stated."""
-    if not known:
-        mood = Mood.GRAY
-    elif findings:
-        mood = Mood.worst(f.mood for f in findings)
-    else:
-        mood = Mood.GREEN
+    mood = Mood.worst(f.mood for f in findings) if known else Mood.GRAY
     best = ranked[0] if ranked else None
     notes: list[str] = []
     fp16_cell = next((c for c in cells if c.precision == "fp16"), None)
@@ -218,16 +213,15 @@ def _model_row(gpu_profile: str, row: Any) -> dict[str, Any]:
     fp16 = find_rows(gpu=gpu_profile, model=row.model_id, precision="fp16", batch_size=1)
     same_source = [r for r in fp16 if r.source == row.source] or list(fp16)
     base = same_source[0] if same_source else None
-    delta = None
-    if base is not None and base.energy_j_per_1k and row.energy_j_per_1k:
-        delta = round((row.energy_j_per_1k / base.energy_j_per_1k - 1.0) * 100.0, 1)
     return {
         "model": row.model_id,
         "params_b": row.params_b,
         "precision": row.precision,
         "energy_per_1k_tokens_j": row.energy_j_per_1k,
         "fp16_energy_per_1k_tokens_j": base.energy_j_per_1k if base else None,
-        "delta_vs_fp16_pct": delta,
+        "delta_vs_fp16_pct": _delta_pct(
+            row.energy_j_per_1k, base.energy_j_per_1k if base else None
+        ),
         "throughput_tok_s": row.throughput_tok_s,
         "power_w": row.power_w,
         "tier": row.tier if base is None else weakest_tier((row.tier, base.tier)),

@@ -55,12 +55,6 @@ class _Verdict:
     notes: list[str]
 
 
-def _relative_gap(observed: float | None, expected: float | None) -> float | None:
-    if observed is None or not expected:
-        return None
-    return observed / expected - 1.0
-
-
 def diagnose(
     deployment: Deployment,
     *,
@@ -183,13 +177,12 @@ def _comparisons(observed: dict[str, float | None], expected: Estimate) -> list[
         if value is None:
             continue
         exp = figure(figures, key)
-        gap = _relative_gap(value, exp)
         rows.append(
             {
                 "metric": key,
                 "observed": value,
                 "expected": exp,
-                "gap_pct": round(gap * 100.0, 1) if gap is not None else None,
+                "gap_pct": round((value / exp - 1.0) * 100.0, 1) if exp else None,
                 "tier": expected.tier,
             }
         )
