@@ -86,12 +86,12 @@ def register(subparsers: Any) -> None:
         "job); default: api, or batch past batch size 16",
     )
     _output_flags(p)
-    p.set_defaults(func=_optimize)
+    p.set_defaults(func=_answer_for, protocol="optimize")
 
     p = subparsers.add_parser("compare", help="every precision for a model on a GPU, side by side")
     _deployment_flags(p, precision_help="your current precision (its traps are listed)")
     _output_flags(p)
-    p.set_defaults(func=_compare)
+    p.set_defaults(func=_answer_for, protocol="compare")
 
     p = subparsers.add_parser(
         "diagnose", help="your measured figures against the reference: which trap matches"
@@ -103,7 +103,7 @@ def register(subparsers: Any) -> None:
         "--energy-per-1k", type=float, default=None, help="observed J per 1k generated tokens"
     )
     _output_flags(p)
-    p.set_defaults(func=_diagnose)
+    p.set_defaults(func=_answer_for, protocol="diagnose")
 
 
 def _fmt(args: argparse.Namespace) -> str:
@@ -221,22 +221,11 @@ def question_from_args(args: argparse.Namespace, protocol: str) -> Any:
     return Question.from_flags(protocol, **facts)
 
 
-def _answer_for(args: argparse.Namespace, protocol: str) -> int:
+def _answer_for(args: argparse.Namespace) -> int:
+    """A flags command (optimize, compare, diagnose: ``args.protocol``) answered."""
     from ecoguard.advisor.answers import answer  # lazy: --help imports this module
 
     def ask() -> Any:
-        return answer(question_from_args(args, protocol), Settings.from_env())
+        return answer(question_from_args(args, args.protocol), Settings.from_env())
 
     return _answered(args, getattr(args, "language", "en"), ask)
-
-
-def _optimize(args: argparse.Namespace) -> int:
-    return _answer_for(args, "optimize")
-
-
-def _compare(args: argparse.Namespace) -> int:
-    return _answer_for(args, "compare")
-
-
-def _diagnose(args: argparse.Namespace) -> int:
-    return _answer_for(args, "diagnose")

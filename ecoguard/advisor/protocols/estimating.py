@@ -127,9 +127,7 @@ def _money_side_by_side(
 def _mood(findings: list[Finding], current: Estimate, optimized: AdvisorResult | None) -> Mood:
     """A trap or an overflow sets the mood, data or not; else gray without data, the worst
     finding, yellow when optimize found a better setup, or green."""
-    if findings and any(f.mood.rank >= Mood.ORANGE.rank for f in findings):
-        return Mood.worst(f.mood for f in findings)
-    if current.tier == "none":
+    if current.tier == "none" and not any(f.mood.rank >= Mood.ORANGE.rank for f in findings):
         return Mood.GRAY
     if findings:
         return Mood.worst(f.mood for f in findings)
