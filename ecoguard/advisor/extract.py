@@ -103,10 +103,7 @@ def infer_use(
             )
         return UseFact("chat", False, Text("interactive chat", "交互式聊天"))
     if stated == "api" or many or volume or production:
-        why = _serving_reason(concurrency, volume, production)
-        if stated == "api" and not (many or volume or production):
-            why = Text("an API or service", "API 或在线服务")
-        return UseFact("api", True, why)
+        return UseFact("api", True, _serving_reason(concurrency, volume, production))
     if one_off_tokens:
         return UseFact(
             "batch",
@@ -255,8 +252,7 @@ def electricity_price(masked: str) -> Price | None:
     if not any(w in lower for w in ("kwh", "kw", "度", "电价", "electricity", "power price")):
         return None
     for lazy in (_PRICE_BEFORE, _PRICE_AFTER, _PRICE_WORD):
-        rx = lazy()
-        m = rx.search(masked)
+        m = lazy().search(masked)
         if not m:
             continue
         number = next(g for g in m.groups() if g is not None and re.fullmatch(NUMBER, g.strip()))

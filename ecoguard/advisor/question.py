@@ -302,12 +302,6 @@ def _use_fact(use: str | None, volume: bool) -> tuple[str | None, bool, Text | N
     """The use, whether it is served, and why, as the parser reads the same facts in words:
     a batch job is not served; a chat is served when a volume is given; an API, or a volume
     with no use stated, is served."""
-    if use == "batch":
-        return use, False, None
-    if use == "chat":
-        return use, volume, None
-    if use == "api":
-        return use, True, None
-    if volume:
+    if volume and use not in ("batch", "chat", "api"):
         return "api", True, _SERVED_BY_VOLUME
-    return use, False, None
+    return use, use == "api" or (use == "chat" and volume), None
