@@ -471,7 +471,6 @@ def _trap_without_model(
     gpu_spec = resolve_gpu_spec(question.gpu) if question.gpu else GpuSpec()
     dep = protocols.with_precision(Deployment(gpu=gpu_spec), question.precision or "fp16")
     result = protocols.diagnose(dep, settings=settings, language=question.language)
-    result = replace(result, protocol="diagnose")
     return Answer(
         result=result,
         question=question,

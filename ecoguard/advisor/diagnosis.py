@@ -29,13 +29,7 @@ def diagnose_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
             ]
             for r in result.rows
         ]
-        headers = [
-            labels["h_metric"],
-            labels["observed"],
-            labels["expected"],
-            labels["h_gap"],
-            labels["h_tier"],
-        ]
+        headers = [labels[k] for k in ("h_metric", "observed", "expected", "h_gap", "h_tier")]
         out += make_table(headers, rows, markdown)
         out.append("")
     rec = result.recommendation or {}
@@ -83,13 +77,7 @@ def _explained_lines(
             ]
         )
     if ev_rows:
-        headers = [
-            labels["h_row"],
-            labels["h_precision"],
-            labels["h_j_1k"],
-            labels["h_vs_fp16"],
-            labels["h_tier"],
-        ]
+        headers = [labels[k] for k in ("h_row", "h_precision", "h_j_1k", "h_vs_fp16", "h_tier")]
         out += make_table(headers, ev_rows, markdown)
         others = sorted({str(e.get("gpu")) for e in ev if e.get("gpu") != gpu})
         if gpu and others and all(e.get("gpu") != gpu for e in ev):
@@ -160,14 +148,8 @@ def _crossovers(answer: Answer, labels: dict[str, str], markdown: bool) -> list[
         ]
         for c in items
     ]
-    headers = [
-        labels["h_architecture"],
-        labels["h_precision"],
-        labels["h_fitted"],
-        labels["h_tier"],
-        labels["h_published"],
-        labels["h_tier"],
-    ]
+    columns = ("h_architecture", "h_precision", "h_fitted", "h_tier", "h_published", "h_tier")
+    headers = [labels[k] for k in columns]
     return [
         heading(title, markdown, labels),
         *make_table(headers, rows, markdown),
