@@ -213,14 +213,9 @@ def money_text(
 
 
 def money_year_text(money: dict[str, Any], currency: str) -> str:
-    usd = money.get("cost_usd")
-    cny = money.get("cost_cny")
-    return money_text(
-        None if usd is None else usd * 12,
-        None if cny is None else cny * 12,
-        currency,
-        None if money.get("cost_local") is None else money["cost_local"] * 12,
-    )
+    keys = ("cost_usd", "cost_cny", "cost_local")
+    usd, cny, local = (None if money.get(k) is None else money[k] * 12 for k in keys)
+    return money_text(usd, cny, currency, local)
 
 
 def make_table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> list[str]:
