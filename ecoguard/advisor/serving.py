@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ecoguard.advisor.estimates import run_estimate
-from ecoguard.advisor.texts import BLANK, Text, tier_word
+from ecoguard.advisor.texts import BLANK, TIERS_ZH, Text
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 from ecoguard.findings import Finding, Impact, Mood, weakest_tier
@@ -67,7 +67,7 @@ class BatchingAdvice:
             "serving": self.serving,
             "current_batch": self.current_batch,
             "target_batch": self.target_batch,
-            "concurrency": None if self.concurrency is None else round(self.concurrency, 2),
+            "concurrency": _round(self.concurrency, 2),
             "concurrency_basis": self.concurrency_basis,
             "seconds_per_request": _round(self.seconds_per_request, 2),
             "gpu_days_per_month": _round(self.gpu_days_per_month, 1),
@@ -180,7 +180,7 @@ class BatchingAdvice:
                 f"{now} -> {target} J per 1k tokens, about {saving} less energy{usd.en} "
                 f"({self.tier}; outputs unchanged).",
                 f"{when.zh}{lead.zh}，批大小 {self.current_batch} -> {self.target_batch}："
-                f"每千 token {now} -> {target} J，能耗降低约 {saving}{usd.zh}（{tier_word(self.tier, 'zh')}；输出不变）。",
+                f"每千 token {now} -> {target} J，能耗降低约 {saving}{usd.zh}（{TIERS_ZH.get(self.tier, self.tier)}；输出不变）。",
             )
         )
         return out
@@ -468,7 +468,6 @@ def batching_finding(
     None when batching would not save 5% or the advice is conditional (one chat user)."""
     if advice is None or not advice.worth_it or advice.conditional:
         return None
-    lang = language
     serving = advice.use != "batch"
     if advice.concurrency is None:
         crowd = Text("concurrent requests could share that pass", "并发的请求可以分摊这次读取")
@@ -503,7 +502,7 @@ def batching_finding(
         rule="batch-size-one",
         mood=Mood.YELLOW,
         title="Batch-size-one serving",
-        message=message.get(lang),
+        message=message.get(language),
         fix=fix,
         fix_summary=(
             Text(
@@ -515,7 +514,7 @@ def batching_finding(
                 f"{advice.target_batch} prompts per generate call",
                 f"每次 generate 传入 {advice.target_batch} 个提示词",
             )
-        ).get(lang),
+        ).get(language),
         impact=Impact(
             extra_energy_pct=(
                 round((advice.energy_now_j_per_1k / advice.energy_target_j_per_1k - 1) * 100, 1)

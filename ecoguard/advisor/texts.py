@@ -41,11 +41,6 @@ TIERS_ZH = {
 }
 
 
-def tier_word(tier: str, language: str) -> str:
-    """A data tier as shown in an answer (the JSON keeps the identifier)."""
-    return TIERS_ZH.get(tier, tier) if language == "zh" else tier
-
-
 def trap_text(
     rule: str | None, language: str, title: str, message: str, fix_summary: str
 ) -> tuple[str, str, str]:
