@@ -318,7 +318,7 @@ def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> lis
     out.append("")
     saving = _saving_amount(answer, money, rec, currency)
     if saving is not None:
-        out += [_saving_line(answer, labels, *saving, rec.get("saving_pct")), ""]
+        out += [_saving_line(labels, *saving, rec.get("saving_pct")), ""]
     return out
 
 
@@ -364,9 +364,7 @@ def _saving_amount(
     return saving, f"{local[1]}{saving:,.2f}" if local is not None else f"${saving:,.2f}"
 
 
-def _saving_line(
-    answer: Answer, labels: dict[str, str], saving: float, amount: str, pct: float | None
-) -> str:
+def _saving_line(labels: dict[str, str], saving: float, amount: str, pct: float | None) -> str:
     """Already the greenest; an extra cost when the recommendation uses more energy (chat
     forces BS 1 on a setup that batches), said so instead of a negative saving; else the
     saving."""
