@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_PROMPT_TOKENS",
     "DEFAULT_REGION",
     "FLAG_PROTOCOLS",
+    "OBSERVED_FIELDS",
     "Default",
     "Question",
 ]
@@ -43,6 +44,8 @@ DEFAULT_REGION_ZH = "china"
 
 # The protocols a flags door (CLI command, MCP tool) asks for; audit has its own doors.
 FLAG_PROTOCOLS = ("optimize", "compare", "estimate", "diagnose")
+# The figures a user measured (diagnose compares them with the reference).
+OBSERVED_FIELDS = ("observed_throughput_tok_s", "observed_power_w", "observed_energy_j_per_1k")
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,14 +225,7 @@ class Question:
     @property
     def has_figures(self) -> bool:
         """Observed figures were given (diagnose infers the precision from them)."""
-        return any(
-            v is not None
-            for v in (
-                self.observed_throughput_tok_s,
-                self.observed_power_w,
-                self.observed_energy_j_per_1k,
-            )
-        )
+        return any(getattr(self, name) is not None for name in OBSERVED_FIELDS)
 
     def to_dict(self) -> dict[str, object]:
         """What a free-text question was understood as (the answer's ``parsed`` section)."""

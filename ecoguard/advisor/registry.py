@@ -15,7 +15,7 @@ from typing import Any
 
 from ecoguard.advisor import protocols
 from ecoguard.advisor.about_data import about_data
-from ecoguard.advisor.question import Question
+from ecoguard.advisor.question import OBSERVED_FIELDS, Question
 from ecoguard.config import Settings
 from ecoguard.deployment import Deployment
 
@@ -74,7 +74,6 @@ class ProtocolSpec:
 _COMMON = ("settings", "requests_per_month", "language")
 _SERVED = (*_COMMON, "max_batch", "serving", "concurrency", "hours_per_day", "lossless")
 _MONEY = ("currency", "cny_per_usd", "price_per_kwh", "price_currency")
-_OBSERVED = ("observed_throughput_tok_s", "observed_power_w", "observed_energy_j_per_1k")
 
 
 _QUESTION_NAMES = {"lossless": "accuracy_critical"}
@@ -113,7 +112,7 @@ def _run_estimate(req: Request) -> protocols.AdvisorResult:
 
 
 def _run_diagnose(req: Request) -> protocols.AdvisorResult:
-    return protocols.diagnose(req.deployment, **_terms(req, _OBSERVED, _COMMON))
+    return protocols.diagnose(req.deployment, **_terms(req, OBSERVED_FIELDS, _COMMON))
 
 
 def _run_data(req: Request) -> protocols.AdvisorResult:
