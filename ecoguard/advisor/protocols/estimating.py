@@ -95,13 +95,9 @@ def _with_batching_finding(
     findings: list[Finding], optimized: AdvisorResult | None
 ) -> list[Finding]:
     """The rules' findings plus optimize's batch-size-one finding when the rules have none."""
-    batch_finding = next(
-        (f for f in (optimized.findings if optimized else ()) if f.rule == "batch-size-one"),
-        None,
-    )
-    if batch_finding is not None and not any(f.rule == "batch-size-one" for f in findings):
-        return [*findings, batch_finding]
-    return findings
+    if optimized is None or any(f.rule == "batch-size-one" for f in findings):
+        return findings
+    return [*findings, *[f for f in optimized.findings if f.rule == "batch-size-one"][:1]]
 
 
 def _money_side_by_side(
