@@ -224,18 +224,8 @@ def _honesty(answer: Answer, labels: dict[str, str]) -> list[str]:
     out = [list_head(labels["honesty"], labels)]
     lang = answer.language
     for note in answer.honesty:
-        measured, published = note.measured, note.published
-        m = (
-            f"{measured[0]:+.1f}% .. {measured[1]:+.1f}%"
-            if isinstance(measured, list)
-            else f"{measured:g}"
-        )
-        if isinstance(published, Text):
-            p = published.get(lang)
-        elif isinstance(published, list):
-            p = f"{published[0]:+.1f}% .. {published[1]:+.1f}%"
-        else:
-            p = f"{published:g}"
+        m, published = _span(note.measured), note.published
+        p = published.get(lang) if isinstance(published, Text) else _span(published)
         out.append(
             f"- {note.topic.get(lang)}{labels['paren'].format(note.unit.get(lang))}{labels['colon']}"
             f"{labels['measured']} {m} [{tier_label(labels, note.measured_tier)}]{labels['semicolon']}"
@@ -243,6 +233,11 @@ def _honesty(answer: Answer, labels: dict[str, str]) -> list[str]:
         )
     out.append("")
     return out
+
+
+def _span(value: float | list[float]) -> str:
+    """A figure of a honesty note: a number, or a [low, high] range of changes in percent."""
+    return f"{value[0]:+.1f}% .. {value[1]:+.1f}%" if isinstance(value, list) else f"{value:g}"
 
 
 def _out_of_data(answer: Answer, labels: dict[str, str], lang: str, markdown: bool) -> list[str]:
@@ -276,9 +271,7 @@ def _out_of_data(answer: Answer, labels: dict[str, str], lang: str, markdown: bo
 
 def _citation(answer: Answer, labels: dict[str, str]) -> str:
     result = answer.result
-    extra_sources: list[str] = []
-    for note in answer.honesty:
-        extra_sources.extend(note.sources)
+    extra_sources = [source for note in answer.honesty for source in note.sources]
     sources, tiers = cite(result.evidence, list(result.sources) + extra_sources)
     count = sum(tiers.values())
     if count:
