@@ -188,12 +188,10 @@ def _findings(answer: Answer, labels: dict[str, str], markdown: bool) -> list[st
     for f in findings:
         impact = ""
         if f.impact is not None and f.impact.extra_energy_pct is not None:
-            tier = tier_label(labels, f.impact.tier)
-            impact = labels["impact"].format(pct=f.impact.extra_energy_pct, tier=tier)
-            if f.impact.extra_usd_per_month is not None:
-                impact = labels["impact_usd"].format(
-                    pct=f.impact.extra_energy_pct, usd=f.impact.extra_usd_per_month, tier=tier
-                )
+            usd = f.impact.extra_usd_per_month
+            impact = labels["impact" if usd is None else "impact_usd"].format(
+                pct=f.impact.extra_energy_pct, usd=usd, tier=tier_label(labels, f.impact.tier)
+            )
         _title, message, fix_summary = trap_text(
             f.rule, answer.language, f.title, f.message, f.fix_summary or ""
         )
