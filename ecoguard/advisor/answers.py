@@ -139,21 +139,7 @@ def _assemble(question: Question, settings: Settings | None) -> Answer:
     if early is not None:
         return early
     gpu_match = resolve_gpu_match(question.gpu)[1] if question.gpu else None
-    dep, defaults = build_deployment(
-        model=question.model,
-        gpu=question.gpu,
-        precision=question.precision,
-        batch_size=question.batch_size,
-        prompt_tokens=question.prompt_tokens,
-        generation_tokens=question.generation_tokens,
-        use=question.use,
-        compiled=question.compiled,
-        int8_threshold=question.int8_threshold,
-        fill_precision=_fills_precision(question),
-        gpu_count=question.gpu_count,
-        compute_dtype=question.compute_dtype,
-        engine=question.engine,
-    )
+    dep, defaults = build_deployment(question, fill_precision=_fills_precision(question))
     defaults = region_defaults + defaults
     if question.out_of_data:
         return Answer(

@@ -101,23 +101,12 @@ def resolve_model_spec(text: str) -> ModelSpec:
 
 
 def build_deployment(
-    *,
-    model: str | None,
-    gpu: str | None,
-    precision: str | None,
-    batch_size: int | None,
-    prompt_tokens: int | None,
-    generation_tokens: int | None,
-    use: str | None,
-    compiled: bool | None = None,
-    int8_threshold: float | None = None,
-    fill_precision: bool = True,
-    gpu_count: int | None = None,
-    compute_dtype: str | None = None,
-    engine: str | None = None,
+    question: Question, *, fill_precision: bool = True
 ) -> tuple[Deployment, list[Default]]:
-    """A validated Deployment with defaults for what is missing (each one listed)."""
+    """The validated Deployment ``question`` states, with defaults for what is missing (each
+    one listed); without ``fill_precision`` a missing precision stays missing."""
     defaults: list[Default] = []
+    q = question
 
     def given_or_default(field: str, value: Any, default: Any) -> Any:
         if value is not None:
@@ -125,30 +114,33 @@ def build_deployment(
         defaults.append(Default.of(field, default))
         return default
 
-    gpu_spec = resolve_gpu_spec(given_or_default("gpu", gpu, DEFAULT_GPU))
-    model_spec = resolve_model_spec(model) if model else ModelSpec()
+    gpu_spec = resolve_gpu_spec(given_or_default("gpu", q.gpu, DEFAULT_GPU))
+    model_spec = resolve_model_spec(q.model) if q.model else ModelSpec()
+    precision = q.precision
     if fill_precision:
         precision = given_or_default("precision", precision, DEFAULT_PRECISION)
-    batch_size = given_or_default("batch_size", batch_size, DEFAULT_BATCH_SIZE)
+    batch_size = given_or_default("batch_size", q.batch_size, DEFAULT_BATCH_SIZE)
     dep = Deployment(
         model=model_spec,
         gpu=gpu_spec,
         batch_size=batch_size,
-        prompt_tokens=given_or_default("prompt_tokens", prompt_tokens, DEFAULT_PROMPT_TOKENS),
+        prompt_tokens=given_or_default("prompt_tokens", q.prompt_tokens, DEFAULT_PROMPT_TOKENS),
         generation_tokens=given_or_default(
-            "generation_tokens", generation_tokens, DEFAULT_GENERATION_TOKENS
+            "generation_tokens", q.generation_tokens, DEFAULT_GENERATION_TOKENS
         ),
-        use=given_or_default("use", use, protocols.use_for_batch_size(batch_size)),
+        use=given_or_default("use", q.use, protocols.use_for_batch_size(batch_size)),
     )
     if precision is not None:
-        dep = protocols.with_precision(dep, precision, compiled=compiled)
+        dep = protocols.with_precision(dep, precision, compiled=q.compiled)
         if (
-            int8_threshold is not None
+            q.int8_threshold is not None
             and dep.quant.method == "bitsandbytes"
             and dep.quant.bits == 8
         ):
-            dep = dep.with_(quant=replace(dep.quant, int8_threshold=int8_threshold))
-    dep = served_as_stated(dep, gpu_count=gpu_count, compute_dtype=compute_dtype, engine=engine)
+            dep = dep.with_(quant=replace(dep.quant, int8_threshold=q.int8_threshold))
+    dep = served_as_stated(
+        dep, gpu_count=q.gpu_count, compute_dtype=q.compute_dtype, engine=q.engine
+    )
     return dep.validate(), defaults
 
 

@@ -200,11 +200,11 @@ def test_honesty_crossover_failures_raise_unknown_architectures_are_no_note(monk
     raises; an architecture the table does not cover is simply no note."""
     import ecoguard.advisor.deployments as deployments
     from ecoguard.advisor.deployments import build_deployment, honesty_notes
+    from ecoguard.advisor.question import Question
 
     dep, _ = build_deployment(
-        model="Qwen2.5-7B", gpu="t4", precision="nf4", batch_size=1, prompt_tokens=None,
-        generation_tokens=None, use=None,
-    )  # fmt: skip
+        Question("estimate", model="Qwen2.5-7B", gpu="t4", precision="nf4", batch_size=1)
+    )
     assert [n.topic.en for n in honesty_notes(dep, ("nf4",))] == ["nf4 crossover on turing"]
 
     def broken(arch, precision):

@@ -9,6 +9,7 @@ import pytest
 from ecoguard.advisor.answers import advise
 from ecoguard.advisor.deployments import build_deployment
 from ecoguard.advisor.parse import parse_question
+from ecoguard.advisor.question import Question
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
 from ecoguard.engines.engine_args import served_by
 from ecoguard.rules import evaluate
@@ -79,14 +80,17 @@ def test_a_gpus_memory_size_is_not_a_text_volume():
 
 def test_the_deployment_carries_the_count_and_vram_is_checked_per_card():
     dep, _ = build_deployment(
-        model="Llama-3-70B",
-        gpu="a100",
-        precision="fp16",
-        batch_size=1,
-        prompt_tokens=512,
-        generation_tokens=256,
-        use="api",
-        gpu_count=4,
+        Question(
+            "estimate",
+            model="Llama-3-70B",
+            gpu="a100",
+            precision="fp16",
+            batch_size=1,
+            prompt_tokens=512,
+            generation_tokens=256,
+            use="api",
+            gpu_count=4,
+        )
     )
     assert dep.gpu.count == dep.gpu_count == 4
     assert "vram-overflow" not in {f.rule for f in evaluate(dep)}

@@ -197,15 +197,10 @@ def test_a_recommendation_that_costs_more_is_not_printed_as_a_negative_saving() 
     # more: the reasons and the saving line say so plainly.
     from ecoguard.advisor import protocols
     from ecoguard.advisor.answers import Answer, build_deployment
+    from ecoguard.advisor.question import Question
 
     dep, defaults = build_deployment(
-        model="Qwen2.5-7B",
-        gpu="l4",
-        precision=None,
-        batch_size=32,
-        prompt_tokens=None,
-        generation_tokens=None,
-        use="chat",
+        Question("optimize", model="Qwen2.5-7B", gpu="l4", batch_size=32, use="chat")
     )
     result = protocols.optimize(dep, use="chat", batch_sizes=(1,))
     assert result.recommendation["saving_pct"] < 0
