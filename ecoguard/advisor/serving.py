@@ -18,9 +18,10 @@ from typing import Any
 from ecoguard.advisor.estimates import run_estimate
 from ecoguard.advisor.texts import BLANK, TIERS_ZH, Text
 from ecoguard.config import Settings
-from ecoguard.deployment import Deployment
+from ecoguard.deployment import BYTES_PER_PARAM, Deployment
 from ecoguard.findings import Finding, Impact, Mood, weakest_tier
 from ecoguard.knowledge import find_rows, gpu_profiles
+from ecoguard.knowledge.fitting import loglog
 
 SECONDS_PER_MONTH = 30 * 86_400
 BATCHER_MAX = 16  # the batcher's max_batch_size the advice proposes for serving
@@ -254,17 +255,9 @@ def seconds_per_request(est: dict[str, Any], deployment: Deployment) -> float | 
     return None
 
 
-BYTES_PER_PARAM = {
-    "fp32": 4.0,
-    "fp16": 2.0,
-    "bf16": 2.0,
-    "int8_mixed": 1.0,
-    "int8_pure": 1.0,
-    "fp8_weight_only": 1.0,
-    "fp8_dynamic": 1.0,
-    "nf4": 0.5,
-    "nf4_dq": 0.5,
-}
+# Bytes each parameter's weight takes in memory (ecoguard.deployment's table), but 4-bit weights
+# without their quantization constants: the bound reads the packed weights alone (0.5 bytes).
+PACKED_BYTES_PER_PARAM = {**BYTES_PER_PARAM, "nf4": 0.5, "nf4_dq": 0.5}
 
 
 def neighbour_seconds_per_request(deployment: Deployment) -> float | None:
@@ -282,24 +275,10 @@ def neighbour_seconds_per_request(deployment: Deployment) -> float | None:
             points.setdefault(float(row.params_b), []).append(float(row.throughput_tok_s))
     if not points:
         return None
-    speed = {size: sorted(v)[len(v) // 2] for size, v in points.items()}
-    below = [x for x in speed if x <= params]
-    above = [x for x in speed if x >= params]
-    if below and above:
-        lo, hi = max(below), min(above)
-        if lo == hi:
-            tput = speed[lo]
-        else:
-            frac = math.log(params / lo) / math.log(hi / lo)
-            tput = math.exp(
-                math.log(speed[lo]) + frac * (math.log(speed[hi]) - math.log(speed[lo]))
-            )
-    else:
-        nearest = min(speed, key=lambda x: abs(math.log(x / params)))
-        if abs(math.log(nearest / params)) > math.log(2.0):
-            return None
-        tput = speed[nearest]
-    return (deployment.generation_tokens or 256) / tput
+    speed = sorted((size, sorted(v)[len(v) // 2]) for size, v in points.items())
+    if not speed[0][0] / 2.0 <= params <= speed[-1][0] * 2.0:
+        return None
+    return (deployment.generation_tokens or 256) / loglog(speed, params)
 
 
 def bandwidth_seconds_per_request(deployment: Deployment) -> float | None:
@@ -308,7 +287,7 @@ def bandwidth_seconds_per_request(deployment: Deployment) -> float | None:
     bandwidth (the GPU profile's), and a request at least that x generated tokens."""
     params = deployment.model.params_b
     profile = gpu_profiles().get(deployment.gpu.profile or "")
-    per_param = BYTES_PER_PARAM.get(deployment.precision or "fp16")
+    per_param = PACKED_BYTES_PER_PARAM.get(deployment.precision or "fp16")
     if not params or profile is None or not profile.mem_bandwidth_gbs or per_param is None:
         return None
     seconds_per_token = params * 1e9 * per_param / (profile.mem_bandwidth_gbs * 1e9)
