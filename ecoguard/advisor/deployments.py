@@ -96,10 +96,6 @@ def resolve_gpu_match(name: str) -> tuple[GpuSpec, NearestProfile | None]:
     return profile.to_gpu_spec(), None
 
 
-def resolve_model_spec(text: str) -> ModelSpec:
-    return resolve_model(text).to_model_spec()
-
-
 def build_deployment(
     question: Question, *, fill_precision: bool = True
 ) -> tuple[Deployment, list[Default]]:
@@ -115,7 +111,7 @@ def build_deployment(
         return default
 
     gpu_spec = resolve_gpu_spec(given_or_default("gpu", q.gpu, DEFAULT_GPU))
-    model_spec = resolve_model_spec(q.model) if q.model else ModelSpec()
+    model_spec = resolve_model(q.model).to_model_spec() if q.model else ModelSpec()
     precision = q.precision
     if fill_precision:
         precision = given_or_default("precision", precision, DEFAULT_PRECISION)
@@ -138,28 +134,24 @@ def build_deployment(
             and dep.quant.bits == 8
         ):
             dep = dep.with_(quant=replace(dep.quant, int8_threshold=q.int8_threshold))
-    dep = served_as_stated(
-        dep, gpu_count=q.gpu_count, compute_dtype=q.compute_dtype, engine=q.engine
-    )
-    return dep.validate(), defaults
+    return served_as_stated(dep, q).validate(), defaults
 
 
-def served_as_stated(
-    dep: Deployment, *, gpu_count: int | None, compute_dtype: str | None, engine: str | None
-) -> Deployment:
+def served_as_stated(dep: Deployment, question: Question) -> Deployment:
     """The deployment on the GPUs, compute dtype and engine the question names: ``4x A100``
     spreads it over four cards (VRAM per card); ``bf16`` beside ``load_in_4bit=True`` is the
     4-bit weights' compute dtype; an engine loads the precision its own way (its FP8 is fused
     kernels), decided by ``ecoguard.engines.engine_args`` as for the audit."""
-    if gpu_count is not None and gpu_count > 1:
-        dep = dep.with_(gpu=replace(dep.gpu, count=gpu_count))
-    if compute_dtype is not None and dep.quant.method is not None:
-        dep = dep.with_(quant=replace(dep.quant, compute_dtype=compute_dtype), dtype=compute_dtype)
-    if engine is not None:
+    if question.gpu_count is not None and question.gpu_count > 1:
+        dep = dep.with_(gpu=replace(dep.gpu, count=question.gpu_count))
+    dtype = question.compute_dtype
+    if dtype is not None and dep.quant.method is not None:
+        dep = dep.with_(quant=replace(dep.quant, compute_dtype=dtype), dtype=dtype)
+    if question.engine is not None:
         # The engines package costs every other `ecoguard advise` process ~8 ms (-X importtime).
         from ecoguard.engines.engine_args import served_by  # lazy: only when an engine is named
 
-        dep = served_by(dep, engine)[0]
+        dep = served_by(dep, question.engine)[0]
     return dep
 
 
@@ -230,16 +222,11 @@ def _delta_notes(gpu: str, precision: str) -> list[HonestyNote]:
     """Where the published change vs FP16 on this GPU lies outside the measured one (by more
     than 5 points), and pure INT8 described as a saving while every measured row costs more."""
     rows = find_rows(gpu=gpu, precision=precision, batch_size=1)
-    measured = [
-        r.delta_vs_fp16_pct
-        for r in rows
-        if r.tier == "measured" and r.delta_vs_fp16_pct is not None
-    ]
-    reported = [
-        r.delta_vs_fp16_pct
-        for r in rows
-        if r.tier == "reported" and r.delta_vs_fp16_pct is not None
-    ]
+    delta: dict[str, list[float]] = {"measured": [], "reported": []}
+    for r in rows:
+        if r.tier in delta and r.delta_vs_fp16_pct is not None:
+            delta[r.tier].append(r.delta_vs_fp16_pct)
+    measured, reported = delta["measured"], delta["reported"]
     notes: list[HonestyNote] = []
     if measured and reported:
         m_lo, m_hi = min(measured), max(measured)
@@ -280,11 +267,10 @@ def volume_default(
 ) -> Default | None:
     """The volume default to list, when no volume was given and the protocol lists it
     (``ProtocolSpec.lists_volume``: "always", or "with_model" when a model is named)."""
-    if requests is not None or lists not in ("always", "with_model"):
-        return None
-    if lists == "with_model" and question.model is None:
-        return None
-    return Default.of("requests_per_month", settings.monthly_requests)
+    listed = lists == "always" or (lists == "with_model" and question.model is not None)
+    if requests is None and listed:
+        return Default.of("requests_per_month", settings.monthly_requests)
+    return None
 
 
 def monthly_requests(
