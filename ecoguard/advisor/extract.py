@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from ecoguard.advisor.numbers import NUMBER, first_group, lazy_pattern, parse_number
 from ecoguard.advisor.texts import Text
+from ecoguard.advisor.volume import Volume
 from ecoguard.advisor.words import Word, following
 
 # ---------------------------------------------------------------------------------------------
@@ -67,43 +68,41 @@ USE_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 
 class UseFact(NamedTuple):
-    """The use a question describes. ``use`` None: nothing in it says (a default applies).
-    ``serving``: requests from many users arrive over time, so batching them is possible."""
+    """The use a question describes, named as the Question's fields. ``use`` None: nothing in it
+    says (a default applies). ``serving``: requests from many users arrive over time, so batching
+    them is possible."""
 
     use: str | None
     serving: bool
-    reason: Text | None = None
+    use_reason: Text | None = None
 
 
-def infer_use(
-    lower: str,
-    *,
-    requests_per_month: int | None,
-    users_counted: bool,
-    concurrency: int | None,
-    one_off_tokens: bool,
-) -> UseFact:
-    """Read the use from words (batch job, chat, API, production), concurrency, user counts and
-    request volumes. A chat with several users at once is still chat, but served."""
+def infer_use(lower: str, volume: Volume, *, one_off_tokens: bool) -> UseFact:
+    """Read the use from words (batch job, chat, API, production), and from the volume read:
+    concurrency, user counts and request volumes. A chat with several users at once is still
+    chat, but served."""
+    concurrency = volume.concurrency
     stated = next((use for use, rx in USE_WORDS if rx.search(lower)), None)
     many = concurrency is not None and concurrency > 1
-    volume = requests_per_month is not None or users_counted
+    counted = volume.requests_per_month is not None or any(
+        q.kind == "users" for q in volume.quantities
+    )
     production = bool(_PRODUCTION.search(lower))
     if stated == "batch":
         return UseFact(
             "batch", False, Text("the question describes a batch job", "问题描述的是批处理任务")
         )
     if stated == "chat":
-        if many or volume or production:
-            why = _serving_reason(concurrency, volume, production)
+        if many or counted or production:
+            why = _serving_reason(concurrency, counted, production)
             return UseFact(
                 "chat",
                 True,
                 Text(f"interactive chat, served: {why.en}", f"交互式聊天，且在线服务：{why.zh}"),
             )
         return UseFact("chat", False, Text("interactive chat", "交互式聊天"))
-    if stated == "api" or many or volume or production:
-        return UseFact("api", True, _serving_reason(concurrency, volume, production))
+    if stated == "api" or many or counted or production:
+        return UseFact("api", True, _serving_reason(concurrency, counted, production))
     if one_off_tokens:
         return UseFact(
             "batch",
@@ -279,6 +278,8 @@ _RE_RATE = lazy_pattern(
 
 
 class MoneyFacts(NamedTuple):
+    """The currency asked for, an exchange rate and the price, named as the Question's fields."""
+
     currency: str = "USD"
     cny_per_usd: float | None = None
     price_per_kwh: float | None = None

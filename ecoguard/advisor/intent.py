@@ -5,8 +5,7 @@ estimate, diagnose, audit), from its words in English or Chinese and the facts f
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from ecoguard.advisor.question import Question
 from ecoguard.errors import UsageError
 
 _AUDIT_WORDS = ("audit", "scan my code", "check my code", "审计", "扫描代码", "检查代码")
@@ -127,18 +126,6 @@ _ESTIMATE_WORDS = (
 )
 
 
-class ProtocolSignals(NamedTuple):
-    """The facts that steer the protocol choice besides the question's words."""
-
-    paths: tuple[str, ...] = ()
-    code: str | None = None
-    precisions: tuple[str, ...] = ()
-    observed: bool = False
-    volume: bool = False
-    model: str | None = None
-    gpu: str | None = None
-
-
 # A question about the reference data itself: a data word and a counting word.
 _DATA_WORDS = (
     "configurations",
@@ -164,37 +151,40 @@ def _has_any(haystack: str, needles: tuple[str, ...]) -> bool:
     return any(n in haystack for n in needles)
 
 
-def choose_protocol(lower: str, signals: ProtocolSignals) -> tuple[str, str]:
-    """Pick the protocol from keywords and the facts found. Order matters: an audit names files,
-    a comparison asks for several precisions, a diagnosis reports a problem or a figure."""
-    if signals.paths or _has_any(lower, _AUDIT_WORDS):
+def choose_protocol(lower: str, facts: Question) -> tuple[str, str]:
+    """Pick the protocol from keywords and the facts read (``facts.protocol`` is not chosen yet).
+    Order matters: an audit names files, a comparison asks for several precisions, a diagnosis
+    reports a problem or a figure."""
+    stated = (facts.requests_per_month, facts.total_tokens, facts.hours_per_day)
+    volume = any(v is not None for v in stated)  # a volume or serving hours
+    if facts.paths or _has_any(lower, _AUDIT_WORDS):
         return "audit", "names source files or asks for an audit"
-    if signals.code:
+    if facts.code:
         return "audit", "pastes code: audited as text, never run"
     if (
-        signals.model is None
-        and not (signals.observed or signals.volume or signals.precisions)
+        facts.model is None
+        and not (facts.has_figures or volume or facts.precisions)
         and _has_any(lower, _DATA_WORDS)
         and _has_any(lower, _COUNT_WORDS)
     ):
         return "data", "asks about the reference data itself"
-    several = len(signals.precisions) >= 2
+    several = len(facts.precisions) >= 2
     if _has_any(lower, _COMPARE_WORDS) or ((" or " in lower or "还是" in lower) and several):
         return "compare", "asks to compare configurations"
-    if signals.observed:
+    if facts.has_figures:
         return "diagnose", "reports a measured figure to check"
     if _has_any(lower, _DIAGNOSE_WORDS):
         return "diagnose", "reports a problem or asks why"
     if _has_any(lower, _OPTIMIZE_WORDS):
         return "optimize", "asks for the best configuration"
-    if _has_any(lower, _ESTIMATE_WORDS) or signals.volume:
+    if _has_any(lower, _ESTIMATE_WORDS) or volume:
         return "estimate", "asks what it will cost"
-    if signals.model is not None:
+    if facts.model is not None:
         return "estimate", "names a model without a specific request; estimating it"
-    if signals.precisions and signals.gpu is not None:
+    if facts.precisions and facts.gpu is not None:
         # "FP8 on Blackwell?": a precision on a GPU, no model: every measured model on that GPU.
         return "compare", "asks about a precision on a GPU without a model"
-    if signals.precisions and _has_any(lower, _WHAT_TO_DO):
+    if facts.precisions and _has_any(lower, _WHAT_TO_DO):
         # "我用了 load_in_8bit=True，怎么办？": a setting and "what now": its trap, explained.
         return "diagnose", "names a setting and asks what to do about it"
     raise UsageError(

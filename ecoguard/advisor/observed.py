@@ -6,7 +6,7 @@ token``), board power (``300 W``; a TDP or power limit is not a measurement) and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.numbers import NUMBER, parse_number
@@ -27,19 +27,12 @@ _RE_ENERGY_TOKEN = re.compile(
 _RE_ENERGY_TOKEN_CN = re.compile(rf"每\s*(?:个)?\s*tokens?\s*({NUMBER})\s*(毫焦|mj|焦耳?|j)", re.I)
 
 
-@dataclass(frozen=True, slots=True)
-class Observed:
-    """Figures the user measured (diagnose)."""
+class Observed(NamedTuple):
+    """Figures the user measured (diagnose), named as the Question's fields."""
 
-    throughput_tok_s: float | None = None
-    power_w: float | None = None
-    energy_j_per_1k: float | None = None
-
-    @property
-    def any(self) -> bool:
-        return any(
-            v is not None for v in (self.throughput_tok_s, self.power_w, self.energy_j_per_1k)
-        )
+    observed_throughput_tok_s: float | None = None
+    observed_power_w: float | None = None
+    observed_energy_j_per_1k: float | None = None
 
 
 def _energy(masked: str, conversions: list[Conversion]) -> tuple[float | None, tuple[int, int]]:

@@ -89,7 +89,8 @@ def find_precisions(text: str, words: list[Word]) -> list[tuple[int, str]]:
 
 
 class CodeFlags(NamedTuple):
-    """Code flags that refine the precisions named (``llm_int8_threshold=0.0`` -> pure INT8)."""
+    """Code flags that refine the precisions named (``llm_int8_threshold=0.0`` -> pure INT8),
+    named as the Question's fields."""
 
     precisions: tuple[str, ...]
     int8_threshold: float | None = None
