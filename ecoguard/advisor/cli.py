@@ -8,6 +8,7 @@ advisor, the knowledge tables and the rules load inside the handlers (marked ``#
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -182,43 +183,24 @@ def _advise(args: argparse.Namespace) -> int:
     )
 
 
-# The flags that name a fact of the question under another name (diagnose's observed figures).
+# The flags that name a fact of the question under another name (diagnose's observed figures);
+# every other fact's flag is named as Question.from_flags' keyword.
 _RENAMED_FLAGS = {
     "throughput": "observed_throughput_tok_s",
     "power": "observed_power_w",
     "energy_per_1k": "observed_energy_j_per_1k",
 }
-# The facts a flags command may give (each a keyword of Question.from_flags).
-_FACT_FLAGS = (
-    "model",
-    "gpu",
-    "precision",
-    "batch_size",
-    "prompt_tokens",
-    "generation_tokens",
-    "requests_per_month",
-    "region",
-    "use",
-    "language",
-    "engine",
-    "gpu_count",
-)
 
 
 def question_from_args(args: argparse.Namespace, protocol: str) -> Any:
     """The Question a flags command asks: the same record free text and MCP arguments make."""
     from ecoguard.advisor.question import Question  # lazy: --help imports this module
 
-    facts = {name: getattr(args, name) for name in _FACT_FLAGS if hasattr(args, name)}
-    facts.update(
-        {
-            field: getattr(args, flag)
-            for flag, field in _RENAMED_FLAGS.items()
-            if hasattr(args, flag)
-        }
-    )
-    facts["region"] = facts.get("region") or None  # an empty --region keeps the configured one
-    return Question.from_flags(protocol, **facts)
+    facts = inspect.signature(Question.from_flags).parameters.keys() - {"protocol"}
+    flags = {**{name: name for name in facts}, **_RENAMED_FLAGS}
+    given = {fact: getattr(args, flag) for flag, fact in flags.items() if hasattr(args, flag)}
+    given["region"] = given.get("region") or None  # an empty --region keeps the configured one
+    return Question.from_flags(protocol, **given)
 
 
 def _answer_for(args: argparse.Namespace) -> int:
