@@ -15,6 +15,7 @@ _LAZY: dict[str, str] = {
     "parse_question": "ecoguard.advisor.parse",
     "Question": "ecoguard.advisor.question",
     "AdvisorResult": "ecoguard.advisor.protocols",
+    "Request": "ecoguard.advisor.protocols",
     "optimize": "ecoguard.advisor.protocols",
     "compare": "ecoguard.advisor.protocols",
     "compare_across_models": "ecoguard.advisor.protocols",

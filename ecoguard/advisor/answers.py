@@ -32,8 +32,8 @@ from ecoguard.advisor.deployments import (
 )
 from ecoguard.advisor.estimates import Cells
 from ecoguard.advisor.parse import parse_question
-from ecoguard.advisor.question import Default, Question
-from ecoguard.advisor.registry import PROTOCOLS, Request
+from ecoguard.advisor.question import OBSERVED_FIELDS, Default, Question
+from ecoguard.advisor.registry import PROTOCOLS
 from ecoguard.advisor.serving import (
     BatchingAdvice,
     batching_advice,
@@ -231,7 +231,7 @@ def _answer(
     )
     # The requests in flight are the engine's batch already: no batcher, no batch-size-one.
     asked = replace(question, concurrency=dep.batch_size) if engine_batches else question
-    result = spec.run(Request(asked, dep, settings, requests, max_batch, serving))
+    result = spec.run(protocols.Request(asked, dep, settings, requests, max_batch, serving))
     if engine_batches:  # the engine batches; ecoguard's batcher is not put in front of it
         result = replace(result, batching=None)
     if requests is None and spec.lists_volume == "when_batched" and result.mood != Mood.GRAY:
@@ -456,7 +456,10 @@ def _trap_without_model(
     evidence rows, then ask for model, GPU and volume to price it."""
     gpu_spec = resolve_gpu_spec(question.gpu) if question.gpu else GpuSpec()
     dep = protocols.with_precision(Deployment(gpu=gpu_spec), question.precision or "fp16")
-    result = protocols.diagnose(dep, settings=settings, language=question.language)
+    # The trap is explained from its evidence rows: figures a question carries without a model
+    # (``Question.from_flags("estimate", observed_power_w=...)``) are not read here.
+    unmeasured = replace(question, **dict.fromkeys(OBSERVED_FIELDS))
+    result = PROTOCOLS["diagnose"].run(protocols.Request(unmeasured, dep, settings))
     return Answer(
         result=result,
         question=question,
@@ -469,7 +472,7 @@ def _audit_answer(question: Question, settings_used: dict[str, Any]) -> Answer:
     """Files named in the question, or code pasted into it, through ``ecoguard.audit`` (read as
     text, never run). Code that does not parse falls back to the trap its flags name."""
     gpu = question.gpu if question.gpu and card_spec(question.gpu) is None else None
-    request = Request(question)
+    request = protocols.Request(question)
     run = PROTOCOLS["audit"].run
     try:
         result = run(replace(request, audit_gpu=gpu))

@@ -10,34 +10,13 @@ one section there.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from ecoguard.advisor import protocols
 from ecoguard.advisor.about_data import about_data
-from ecoguard.advisor.question import OBSERVED_FIELDS, Question
-from ecoguard.config import Settings
-from ecoguard.deployment import Deployment
+from ecoguard.advisor.protocols import Request
 
 DEFAULT_GPU_PROFILE = "rtx4090d"
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One protocol run: the question, the deployment framed from it and what the assembly
-    derived (the monthly volume, how far it may batch, whether it is served)."""
-
-    question: Question
-    deployment: Deployment = field(default_factory=Deployment)
-    settings: Settings = field(default_factory=Settings)
-    requests_per_month: int | None = None
-    max_batch: int | None = None
-    serving: bool | None = None  # None: an API is served, a chat or batch job is not
-    audit_gpu: str | None = None
-
-    @property
-    def language(self) -> str:
-        return self.question.language
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,27 +48,6 @@ class ProtocolSpec:
     prices_recommendation: bool = False
 
 
-# The facts each protocol takes, by the protocols' own keyword names: the request's own fields,
-# else the question's (under the question's name where it differs).
-_COMMON = ("settings", "requests_per_month", "language")
-_SERVED = (*_COMMON, "max_batch", "serving", "concurrency", "hours_per_day", "lossless")
-_MONEY = ("currency", "cny_per_usd", "price_per_kwh", "price_currency")
-
-
-_QUESTION_NAMES = {"lossless": "accuracy_critical"}
-
-
-def _terms(req: Request, *groups: tuple[str, ...]) -> dict[str, Any]:
-    """The facts named in ``groups`` as a protocol's keyword arguments."""
-    return {
-        name: getattr(req, name)
-        if hasattr(req, name)
-        else getattr(req.question, _QUESTION_NAMES.get(name, name))
-        for names in groups
-        for name in names
-    }
-
-
 def _run_compare(req: Request) -> protocols.AdvisorResult:
     if req.question.model is None:
         return protocols.compare_across_models(
@@ -98,32 +56,17 @@ def _run_compare(req: Request) -> protocols.AdvisorResult:
             language=req.language,
             architecture=req.deployment.gpu.architecture,
         )
-    return protocols.compare(req.deployment, **_terms(req, _COMMON))
+    return protocols.compare(req)
 
 
 def _run_optimize(req: Request) -> protocols.AdvisorResult:
     if req.question.model is None:
         return _run_compare(req)  # "should I use FP8 on Blackwell?": across the measured models
-    return protocols.optimize(req.deployment, use=req.deployment.use, **_terms(req, _SERVED))
-
-
-def _run_estimate(req: Request) -> protocols.AdvisorResult:
-    return protocols.estimate(req.deployment, **_terms(req, _SERVED, _MONEY))
-
-
-def _run_diagnose(req: Request) -> protocols.AdvisorResult:
-    return protocols.diagnose(req.deployment, **_terms(req, OBSERVED_FIELDS, _COMMON))
+    return protocols.optimize(req)
 
 
 def _run_data(req: Request) -> protocols.AdvisorResult:
     return about_data(req.question.gpu, req.language)
-
-
-def _run_audit(req: Request) -> protocols.AdvisorResult:
-    question = req.question
-    return protocols.audit(
-        question.paths, language=question.language, code=question.code, gpu=req.audit_gpu
-    )
 
 
 PROTOCOLS: dict[str, ProtocolSpec] = {
@@ -153,7 +96,7 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ProtocolSpec(
             "estimate",
             "energy, money and CO2 now and optimized",
-            _run_estimate,
+            protocols.estimate,
             needs_model=True,
             fills_precision=True,
             lists_volume="always",
@@ -162,7 +105,7 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ProtocolSpec(
             "diagnose",
             "observed figures against the reference: which trap matches",
-            _run_diagnose,
+            protocols.diagnose,
             needs_model=False,
             fills_precision=False,
             infers_precision=True,
@@ -171,7 +114,7 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ProtocolSpec(
             "audit",
             "source files or pasted code through ecoguard.audit",
-            _run_audit,
+            protocols.audit,
             needs_model=False,
             fills_precision=False,
             reads_code=True,

@@ -66,7 +66,9 @@ def test_a_prompt_past_the_context_window_is_warned_and_not_green() -> None:
 def test_one_candidate_and_one_token_read_in_the_singular() -> None:
     question = Question("optimize", model="Mistral-7B", gpu="a800", precision="fp16")
     dep, _ = build_deployment(replace(question, batch_size=1, use="api"))
-    result = protocols.optimize(dep, precisions=("fp16",), batch_sizes=(1,))
+    result = protocols.optimize(
+        protocols.Request(question, dep), precisions=("fp16",), batch_sizes=(1,)
+    )
     reason = result.recommendation["reasons"][0]
     assert "among 1 candidate that passes" in reason and "0 ruled out as traps" in reason
     answer = advise("Mistral-7B on A800 for 1 token, how much energy?")

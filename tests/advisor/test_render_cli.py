@@ -199,10 +199,9 @@ def test_a_recommendation_that_costs_more_is_not_printed_as_a_negative_saving() 
     from ecoguard.advisor.answers import Answer, build_deployment
     from ecoguard.advisor.question import Question
 
-    dep, defaults = build_deployment(
-        Question("optimize", model="Qwen2.5-7B", gpu="l4", batch_size=32, use="chat")
-    )
-    result = protocols.optimize(dep, use="chat", batch_sizes=(1,))
+    question = Question("optimize", model="Qwen2.5-7B", gpu="l4", batch_size=32, use="chat")
+    dep, defaults = build_deployment(question)
+    result = protocols.optimize(protocols.Request(question, dep), use="chat", batch_sizes=(1,))
     assert result.recommendation["saving_pct"] < 0
     assert any(
         "smaller than your current 32" in r and "energy per token" in r

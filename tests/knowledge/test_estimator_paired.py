@@ -43,18 +43,20 @@ def test_a_change_is_the_median_of_same_session_pairs_not_of_unpaired_averages()
 
 
 def test_estimate_compare_optimize_and_the_alert_agree_to_the_joule():
-    from ecoguard.advisor.protocols import compare, optimize
+    from ecoguard.advisor.protocols import Request, compare, optimize
+    from ecoguard.advisor.question import Question
     from ecoguard.rules.impact import impact_between
 
     dep = deployment("mistral-7b", "a800", "int8_mixed", 1, 256, 512)
     settings = Settings()
-    cells = {c["precision"]: c for c in compare(dep, settings=settings).to_dict()["rows"]}
+    request = Request(Question("compare"), dep, settings)
+    cells = {c["precision"]: c for c in compare(request).to_dict()["rows"]}
     for precision in ("fp16", "int8_mixed", "int8_pure", "nf4"):
         est = estimate(dep.with_(precision=precision), settings=settings)
         assert cells[precision]["energy_per_1k_tokens_j"] == pytest.approx(
             est.energy_per_1k_tokens_j, abs=1e-3
         )
-    opt = optimize(dep, settings=settings, batch_sizes=(1,), precisions=("int8_pure",))
+    opt = optimize(request, batch_sizes=(1,), precisions=("int8_pure",))
     assert opt.optimized.energy_per_1k_tokens_j == pytest.approx(
         estimate(dep.with_(precision="int8_pure"), settings=settings).energy_per_1k_tokens_j,
         abs=1e-3,

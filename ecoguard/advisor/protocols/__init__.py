@@ -2,7 +2,8 @@
 ``optimizing``, ``comparing``, ``estimating``, ``diagnosing``, ``auditing``; shared parts in
 ``base``).
 
-Each is a library function that takes a Deployment (and plain options) and returns an
+Each is a library function that takes a :class:`Request` (the question, the deployment framed
+from it and what the assembly derived; plus plain options) and returns an
 :class:`AdvisorResult` whose ``to_dict()`` is the JSON the CLI, MCP server and tests read. Every
 figure comes from the knowledge estimator (``ecoguard.knowledge.estimator.estimate``) with its
 tier; every judgement comes from the rules (``ecoguard.rules.evaluate``). Nothing here invents a
@@ -17,6 +18,7 @@ from ecoguard.advisor.protocols.base import (
     MAX_REFERENCE_BATCH,
     TIE_FRACTION,
     AdvisorResult,
+    Request,
     cite,
     figure,
     use_for_batch_size,
@@ -31,6 +33,7 @@ __all__ = [
     "MAX_REFERENCE_BATCH",
     "TIE_FRACTION",
     "AdvisorResult",
+    "Request",
     "audit",
     "cite",
     "compare",

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from ecoguard.advisor.protocols.base import (
-    AdvisorResult,
-    cited_result,
-)
+from ecoguard.advisor.protocols.base import AdvisorResult, Request, cited_result
 from ecoguard.advisor.texts import Text
 from ecoguard.findings import Finding, Mood, weakest_tier
 
 
-def audit(
-    paths: Sequence[str],
-    *,
-    language: str = "en",
-    code: str | None = None,
-    gpu: str | None = None,
-) -> AdvisorResult:
-    """The code audit (``ecoguard.audit``): files by path, or code pasted into a question
-    (``code``: audited as text with ``audit_source``, never run). Nothing to audit is gray."""
+def audit(request: Request) -> AdvisorResult:
+    """The code audit (``ecoguard.audit``) of the question's files by path, or of the code
+    pasted into it (audited as text with ``audit_source``, never run), for the request's
+    ``audit_gpu`` when it names one. Nothing to audit is gray."""
+    paths, code, gpu = request.question.paths, request.question.code, request.audit_gpu
+    language = request.language
     # The audit package is about a tenth of a fresh `ecoguard advise` process's imports
     # (benchmarks/advise_latency.py).
     from ecoguard.audit import audit_paths, audit_source  # lazy: only audit questions need it

@@ -1,5 +1,5 @@
-"""What every protocol shares: the result record, batch sizes per use, precision records,
-citations, money and everyday equivalents."""
+"""What every protocol shares: the request it runs on, the result record, batch sizes per use,
+precision records, citations, money and everyday equivalents."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ecoguard.knowledge as knowledge
+from ecoguard.advisor.question import Question
 from ecoguard.advisor.serving import BatchingAdvice
 from ecoguard.advisor.texts import Text
+from ecoguard.config import Settings
 from ecoguard.deployment import Deployment, QuantSpec
 from ecoguard.findings import Finding, Mood
 from ecoguard.knowledge.estimator import Estimate
@@ -42,6 +44,26 @@ def use_for_batch_size(batch_size: int | None) -> str:
     which the coalescing batcher can merge), or a batch job when the batch size is past what an
     API batches. Chat (one interactive user, batch size 1) is never assumed: it must be said."""
     return "api" if (batch_size or 1) <= max(BATCH_SIZES_BY_USE["api"]) else "batch"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One protocol run: the question, the deployment framed from it and what the assembly
+    derived (the monthly volume, how far it may batch, whether it is served). A protocol reads
+    the question's own facts (language, concurrency, prices, observed figures...) from
+    ``question``."""
+
+    question: Question
+    deployment: Deployment = field(default_factory=Deployment)
+    settings: Settings = field(default_factory=Settings)
+    requests_per_month: int | None = None
+    max_batch: int | None = None
+    serving: bool | None = None  # None: an API is served, a chat or batch job is not
+    audit_gpu: str | None = None
+
+    @property
+    def language(self) -> str:
+        return self.question.language
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,69 +232,60 @@ def figure(est_dict: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-@dataclass(frozen=True, slots=True)
-class Pricing:
-    """How a question prices energy: the currency asked for (``USD``/``CNY``), an exchange
-    rate, and a price per kWh in its own currency, each when given."""
-
-    currency: str = "USD"
-    cny_per_usd: float | None = None
-    price_per_kwh: float | None = None
-    price_currency: str | None = None
-    language: str = "en"
-
-    def money(self, est: Estimate) -> dict[str, Any]:
-        """Cost of the estimate's monthly volume in USD and, when it can be known, CNY (or the
-        question's own currency when it priced electricity in one without a rate), from the
-        monthly figures as the estimate's JSON rounds them."""
-        monthly = est.to_dict()["monthly"]
-        kwh = monthly.get("energy_kwh")
-        usd = monthly.get("cost_usd")
-        currency, cny_per_usd, language = self.currency, self.cny_per_usd, self.language
-        price_per_kwh, price_currency = self.price_per_kwh, self.price_currency
-        cny: float | None = None
-        notes: list[str] = []
-        local: float | None = None
-        if kwh is not None and price_per_kwh is not None and price_currency == "CNY":
-            cny = kwh * price_per_kwh
-            usd = cny / cny_per_usd if cny_per_usd else None
-        elif kwh is not None and price_per_kwh is not None and price_currency not in (None, "USD"):
-            # A price in another currency (EUR, GBP...): the cost in that currency, and no USD
-            # figure, since no exchange rate is known.
-            local, usd = kwh * price_per_kwh, None
-            currency = price_currency
-            notes.append(
-                Text(
-                    f"Priced at {price_per_kwh:g} {price_currency}/kWh as given; no USD figure "
-                    "(no exchange rate).",
-                    f"按给出的 {price_per_kwh:g} {price_currency}/kWh 计价；没有汇率，不显示美元。",
-                ).get(language)
-            )
-        elif usd is not None and cny_per_usd:
-            cny = usd * cny_per_usd
-        if currency == "CNY" and cny is None:
-            notes.append(
-                Text(
-                    "No exchange rate given, so costs are in USD; add e.g. 'rate 7.2' to see CNY.",
-                    "未给出汇率，费用以美元显示；加上如“汇率 7.2”即可换算成人民币。",
-                ).get(language)
-            )
-        return {
-            "requests": monthly.get("requests"),
-            "energy_kwh": kwh,
-            "energy_kwh_range": monthly.get("energy_kwh_range"),
-            "cost_usd": usd,
-            "cost_usd_range": (
-                monthly.get("cost_usd_range") if usd == monthly.get("cost_usd") else None
-            ),
-            "co2_kg_range": monthly.get("co2_kg_range"),
-            "cost_cny": cny,
-            "cost_local": local,
-            "co2_kg": monthly.get("co2_kg"),
-            "currency": currency if (currency != "CNY" or cny is not None) else "USD",
-            "cny_per_usd": cny_per_usd,
-            "notes": notes,
-        }
+def money(question: Question, est: Estimate) -> dict[str, Any]:
+    """Cost of the estimate's monthly volume in USD and, when it can be known, CNY (or the
+    question's own currency when it priced electricity in one without a rate), from the
+    monthly figures as the estimate's JSON rounds them. The question prices energy: the
+    currency asked for (``USD``/``CNY``), an exchange rate, and a price per kWh in its own
+    currency, each when given."""
+    monthly = est.to_dict()["monthly"]
+    kwh = monthly.get("energy_kwh")
+    usd = monthly.get("cost_usd")
+    currency, cny_per_usd, language = question.currency, question.cny_per_usd, question.language
+    price_per_kwh, price_currency = question.price_per_kwh, question.price_currency
+    cny: float | None = None
+    notes: list[str] = []
+    local: float | None = None
+    if kwh is not None and price_per_kwh is not None and price_currency == "CNY":
+        cny = kwh * price_per_kwh
+        usd = cny / cny_per_usd if cny_per_usd else None
+    elif kwh is not None and price_per_kwh is not None and price_currency not in (None, "USD"):
+        # A price in another currency (EUR, GBP...): the cost in that currency, and no USD
+        # figure, since no exchange rate is known.
+        local, usd = kwh * price_per_kwh, None
+        currency = price_currency
+        notes.append(
+            Text(
+                f"Priced at {price_per_kwh:g} {price_currency}/kWh as given; no USD figure "
+                "(no exchange rate).",
+                f"按给出的 {price_per_kwh:g} {price_currency}/kWh 计价；没有汇率，不显示美元。",
+            ).get(language)
+        )
+    elif usd is not None and cny_per_usd:
+        cny = usd * cny_per_usd
+    if currency == "CNY" and cny is None:
+        notes.append(
+            Text(
+                "No exchange rate given, so costs are in USD; add e.g. 'rate 7.2' to see CNY.",
+                "未给出汇率，费用以美元显示；加上如“汇率 7.2”即可换算成人民币。",
+            ).get(language)
+        )
+    return {
+        "requests": monthly.get("requests"),
+        "energy_kwh": kwh,
+        "energy_kwh_range": monthly.get("energy_kwh_range"),
+        "cost_usd": usd,
+        "cost_usd_range": (
+            monthly.get("cost_usd_range") if usd == monthly.get("cost_usd") else None
+        ),
+        "co2_kg_range": monthly.get("co2_kg_range"),
+        "cost_cny": cny,
+        "cost_local": local,
+        "co2_kg": monthly.get("co2_kg"),
+        "currency": currency if (currency != "CNY" or cny is not None) else "USD",
+        "cny_per_usd": cny_per_usd,
+        "notes": notes,
+    }
 
 
 def plural(count: int, word: str) -> str:

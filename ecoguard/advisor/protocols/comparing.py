@@ -12,6 +12,7 @@ from ecoguard.advisor.protocols.base import (
     TIE_FRACTION,
     UNQUANTIZED,
     AdvisorResult,
+    Request,
     cited_result,
     figure,
     with_precision,
@@ -90,17 +91,12 @@ class PrecisionCell:
         }
 
 
-def compare(
-    deployment: Deployment,
-    *,
-    settings: Settings | None = None,
-    requests_per_month: int | None = None,
-    precisions: Sequence[str] | None = None,
-    language: str = "en",
-) -> AdvisorResult:
-    """Every precision for one model on one GPU: throughput, J/1k tokens, delta vs FP16,
-    tokens/J, VRAM, latency, power, rank and tier per cell."""
-    settings = settings or Settings()
+def compare(request: Request, *, precisions: Sequence[str] | None = None) -> AdvisorResult:
+    """Every precision (``precisions``, default all) for the request's model on its GPU:
+    throughput, J/1k tokens, delta vs FP16, tokens/J, VRAM, latency, power, rank and tier per
+    cell."""
+    deployment, settings, language = request.deployment, request.settings, request.language
+    requests_per_month = request.requests_per_month
     if deployment.model.params_b is None and deployment.model.id is None:
         raise UsageError("compare needs a model (an id like Qwen2.5-7B or a size like 7B)")
     base = run_estimate(with_precision(deployment, "fp16"), settings, requests_per_month)

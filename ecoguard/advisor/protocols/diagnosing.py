@@ -9,6 +9,7 @@ from typing import Any
 from ecoguard.advisor.estimates import run_estimate, run_rules
 from ecoguard.advisor.protocols.base import (
     AdvisorResult,
+    Request,
     cited_result,
     figure,
     row_lookup,
@@ -55,24 +56,16 @@ class _Verdict:
     notes: list[str]
 
 
-def diagnose(
-    deployment: Deployment,
-    *,
-    observed_throughput_tok_s: float | None = None,
-    observed_power_w: float | None = None,
-    observed_energy_j_per_1k: float | None = None,
-    settings: Settings | None = None,
-    requests_per_month: int | None = None,
-    language: str = "en",
-) -> AdvisorResult:
-    """Reported figures against the expected ones: which trap matches, with a confidence and the
-    evidence rows. Without a stated precision, the precision whose expected figures lie nearest
-    the observed ones is inferred (and said so)."""
-    settings = settings or Settings()
+def diagnose(request: Request) -> AdvisorResult:
+    """The question's observed figures against the ones expected for the request's deployment:
+    which trap matches, with a confidence and the evidence rows. Without a stated precision, the
+    precision whose expected figures lie nearest the observed ones is inferred (and said so)."""
+    deployment, settings, question = request.deployment, request.settings, request.question
+    requests_per_month, language = request.requests_per_month, request.language
     observed = {
-        "throughput_tok_s": observed_throughput_tok_s,
-        "power_w": observed_power_w,
-        "energy_per_1k_tokens_j": observed_energy_j_per_1k,
+        "throughput_tok_s": question.observed_throughput_tok_s,
+        "power_w": question.observed_power_w,
+        "energy_per_1k_tokens_j": question.observed_energy_j_per_1k,
     }
     has_observed = any(v is not None for v in observed.values())
     seen = _expectation(deployment, observed, settings, requests_per_month, language)

@@ -3,61 +3,35 @@ them, money in the asked currency."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ecoguard.advisor.estimates import run_estimate, run_rules
 from ecoguard.advisor.protocols.base import (
     AdvisorResult,
-    Pricing,
+    Request,
     cited_result,
     equivalents,
-    use_for_batch_size,
+    money,
 )
 from ecoguard.advisor.protocols.optimizing import optimize
-from ecoguard.config import Settings
-from ecoguard.deployment import Deployment
+from ecoguard.advisor.question import Question
 from ecoguard.errors import UsageError
 from ecoguard.findings import Finding, Mood, weakest_tier
 from ecoguard.knowledge.estimator import Estimate
 
 
-def estimate(
-    deployment: Deployment,
-    *,
-    settings: Settings | None = None,
-    requests_per_month: int | None = None,
-    language: str = "en",
-    currency: str = "USD",
-    cny_per_usd: float | None = None,
-    price_per_kwh: float | None = None,
-    price_currency: str | None = None,
-    max_batch: int | None = None,
-    serving: bool | None = None,
-    concurrency: int | None = None,
-    hours_per_day: float | None = None,
-    lossless: bool = False,
-) -> AdvisorResult:
-    """The estimator's figures for the deployment, with the optimized configuration beside them
-    (and optimize's batching advice and finding); ``lossless``: see ``optimize``."""
-    settings = settings or Settings()
-    requests = requests_per_month if requests_per_month is not None else settings.monthly_requests
-    current = run_estimate(deployment, settings, requests)
-    optimized_result = _optimized(
-        deployment,
-        settings=settings,
-        requests_per_month=requests,
-        language=language,
-        max_batch=max_batch,
-        serving=serving,
-        concurrency=concurrency,
-        hours_per_day=hours_per_day,
-        usd=price_currency in (None, "USD", "CNY"),
-        lossless=lossless,
-    )
+def estimate(request: Request) -> AdvisorResult:
+    """The estimator's figures for the request's deployment, with the optimized configuration
+    beside them (and optimize's batching advice and finding), priced as the question asks."""
+    deployment, settings, language = request.deployment, request.settings, request.language
+    if request.requests_per_month is None:
+        request = replace(request, requests_per_month=settings.monthly_requests)
+    current = run_estimate(deployment, settings, request.requests_per_month)
+    optimized_result = _optimized(request)
     findings = _with_batching_finding(run_rules(deployment, settings), optimized_result)
     optimized = optimized_result.optimized if optimized_result else None
-    pricing = Pricing(currency, cny_per_usd, price_per_kwh, price_currency, language)
-    money = _money_side_by_side(pricing, current, optimized)
+    money = _money_side_by_side(request.question, current, optimized)
     cur_money = money["current"]
     return cited_result(
         [*current.rows, *(optimized.rows if optimized else ())],
@@ -79,14 +53,12 @@ def estimate(
     )
 
 
-def _optimized(deployment: Deployment, **options: Any) -> AdvisorResult | None:
-    """optimize's answer for the deployment's use, or None without a model to optimize."""
-    if deployment.model.params_b is None and deployment.model.id is None:
-        return None
+def _optimized(request: Request) -> AdvisorResult | None:
+    """optimize's answer for the deployment's use, or None without a model to optimize (a
+    UsageError). Its batching finding names no USD figure when the question priced energy in
+    another currency."""
     try:
-        return optimize(
-            deployment, use=deployment.use or use_for_batch_size(deployment.batch_size), **options
-        )
+        return optimize(request, usd=request.question.price_currency in (None, "USD", "CNY"))
     except UsageError:
         return None
 
@@ -101,23 +73,23 @@ def _with_batching_finding(
 
 
 def _money_side_by_side(
-    pricing: Pricing, current: Estimate, optimized: Estimate | None
+    question: Question, current: Estimate, optimized: Estimate | None
 ) -> dict[str, Any]:
     """The current configuration's money and, with an optimized one, its money and the saving
     in each currency both have."""
-    money = {"current": pricing.money(current)}
+    out = {"current": money(question, current)}
     if not optimized:
-        return money
-    money["optimized"] = pricing.money(optimized)
-    now, then = money["current"], money["optimized"]
+        return out
+    out["optimized"] = money(question, optimized)
+    now, then = out["current"], out["optimized"]
     for key, saving in (
         ("cost_usd", "saving_usd"),
         ("cost_cny", "saving_cny"),
         ("cost_local", "saving_local"),
     ):
         if now[key] is not None and then[key] is not None:
-            money[saving] = round(now[key] - then[key], 2)
-    return money
+            out[saving] = round(now[key] - then[key], 2)
+    return out
 
 
 def _mood(findings: list[Finding], current: Estimate, optimized: AdvisorResult | None) -> Mood:

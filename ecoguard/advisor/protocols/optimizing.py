@@ -13,6 +13,7 @@ from ecoguard.advisor.protocols.base import (
     TIE_FRACTION,
     UNQUANTIZED,
     AdvisorResult,
+    Request,
     cited_result,
     equivalents,
     figure,
@@ -79,20 +80,12 @@ def _blocking(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def optimize(
-    deployment: Deployment,
+    request: Request,
     *,
     use: str | None = None,
-    settings: Settings | None = None,
-    requests_per_month: int | None = None,
-    language: str = "en",
     precisions: Sequence[str] | None = None,
     batch_sizes: Sequence[int] | None = None,
-    max_batch: int | None = None,
-    serving: bool | None = None,
-    concurrency: int | None = None,
-    hours_per_day: float | None = None,
     usd: bool = True,
-    lossless: bool = False,
 ) -> AdvisorResult:
     """Recommended precision and batch size for a model on a GPU and a use (chat, api, batch).
 
@@ -101,18 +94,23 @@ def optimize(
     are dropped. A quantized candidate (outputs change) may win only when its saving holds across
     the experiments' spread (``serving.quantization_holds``). The lowest energy per 1k tokens
     wins, with near-ties (within 5%) going to FP16/BF16, then the stronger data tier, then a batch
-    no smaller than the current one. ``max_batch``: a chat served to several users at once may
-    batch them up to this size (the coalescing batcher). A batch smaller than the current one is
-    recommended only with its cost and the reason stated. A served use (``serving``; default:
-    an API) or a batch job gets batching advice (``result.batching``) and, when batching would
-    save 5% or more, a ``batch-size-one`` finding. ``lossless`` (an accuracy-critical use):
-    quantized precisions change the outputs, so only unquantized ones are candidates."""
-    settings = settings or Settings()
+    no smaller than the current one. The request's ``max_batch``: a chat served to several users
+    at once may batch them up to this size (the coalescing batcher). A batch smaller than the
+    current one is recommended only with its cost and the reason stated. A served use (the
+    request's ``serving``; default: an API) or a batch job gets batching advice
+    (``result.batching``, from the question's concurrency and hours per day) and, when batching
+    would save 5% or more, a ``batch-size-one`` finding (no USD figure in it when ``usd`` is
+    False). An accuracy-critical question: quantized precisions change the outputs, so only
+    unquantized ones are candidates. ``use``, ``precisions`` and ``batch_sizes`` narrow the
+    search (default: the deployment's use, every precision, the use's batch sizes)."""
+    deployment, settings, question = request.deployment, request.settings, request.question
+    requests_per_month, language = request.requests_per_month, request.language
     use = _checked_use(deployment, use)
-    sizes = _batch_sizes(deployment, use, batch_sizes, max_batch)
+    sizes = _batch_sizes(deployment, use, batch_sizes, request.max_batch)
     current_dep = _current(deployment, use)
     current_est = run_estimate(current_dep, settings, requests_per_month)
     current_findings = run_rules(current_dep, settings)
+    lossless = question.accuracy_critical
     tried = [p for p in precisions or PRECISIONS if p in UNQUANTIZED or not lossless]
     candidates, rejected = _candidates(current_dep, tried, sizes, settings, requests_per_month)
     if not candidates:
@@ -131,9 +129,9 @@ def optimize(
         settings=settings,
         requests_per_month=requests_per_month or settings.monthly_requests,
         use=use,
-        serving=use == "api" if serving is None else serving,
-        concurrency=concurrency,
-        hours_per_day=hours_per_day,
+        serving=use == "api" if request.serving is None else request.serving,
+        concurrency=question.concurrency,
+        hours_per_day=question.hours_per_day,
         target_batch=chosen.batch_size,
     )
     findings, finding = tuple(current_findings), batching_finding(advice, language, usd=usd)
