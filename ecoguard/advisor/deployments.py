@@ -21,10 +21,8 @@ from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.extract import LOCAL_PUE
 from ecoguard.advisor.question import (
     DEFAULT_BATCH_SIZE,
-    DEFAULT_GENERATION_TOKENS,
     DEFAULT_GPU,
     DEFAULT_PRECISION,
-    DEFAULT_PROMPT_TOKENS,
     DEFAULT_REGION,
     DEFAULT_REGION_ZH,
     Default,
@@ -42,6 +40,7 @@ from ecoguard.knowledge import (
     resolve_gpu,
     resolve_model,
 )
+from ecoguard.knowledge.memory import DEFAULT_GENERATION_TOKENS, DEFAULT_PROMPT_TOKENS
 
 
 @dataclass(frozen=True, slots=True)

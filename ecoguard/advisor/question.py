@@ -9,7 +9,7 @@ optimize --model ...`` or the MCP ``optimize`` tool is answered from the same fa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ecoguard.advisor.conversions import Conversion
 from ecoguard.advisor.coverage import OutOfData
@@ -17,20 +17,6 @@ from ecoguard.advisor.texts import Text
 from ecoguard.deployment import MAX_GPU_COUNT, SERVING_ENGINES, normalize_precision
 from ecoguard.errors import UsageError
 from ecoguard.knowledge import region as grid_region
-from ecoguard.knowledge.memory import DEFAULT_GENERATION_TOKENS, DEFAULT_PROMPT_TOKENS
-
-__all__ = [
-    "DEFAULT_BATCH_SIZE",
-    "DEFAULT_GENERATION_TOKENS",
-    "DEFAULT_GPU",
-    "DEFAULT_PRECISION",
-    "DEFAULT_PROMPT_TOKENS",
-    "DEFAULT_REGION",
-    "FLAG_PROTOCOLS",
-    "OBSERVED_FIELDS",
-    "Default",
-    "Question",
-]
 
 # The defaults for what a question does not state (each listed in the answer with HOW_TO_STATE).
 # The prompt and generation lengths live with the memory formula in ecoguard.knowledge.memory.
@@ -126,6 +112,7 @@ class Question:
     accuracy_critical: bool = False  # output quality comes first: no lossy quantization
     precision: str | None = None  # canonical, the current/asked-about one
     precisions: tuple[str, ...] = ()  # every precision mentioned, in order
+    compute_dtype: str | None = None  # "bf16" beside load_in_4bit=True: the compute dtype
     batch_size: int | None = None
     prompt_tokens: int | None = None
     generation_tokens: int | None = None
@@ -141,7 +128,6 @@ class Question:
     int8_threshold: float | None = None
     double_quant: bool | None = None
     compiled: bool | None = None
-    compute_dtype: str | None = None  # "bf16" beside load_in_4bit=True: the compute dtype
     observed_throughput_tok_s: float | None = None
     observed_power_w: float | None = None
     observed_energy_j_per_1k: float | None = None
@@ -234,10 +220,9 @@ class Question:
             "protocol": self.protocol,
             "protocol_reason": self.protocol_reason,
         }
-        for name in _LISTED:
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = value
+        out.update(
+            {name: getattr(self, name) for name in _LISTED if getattr(self, name) is not None}
+        )
         out["currency"] = self.currency
         if len(self.precisions) > 1:
             out["precisions"] = list(self.precisions)
@@ -263,34 +248,13 @@ class Question:
         return out
 
 
-# The optional facts ``to_dict`` lists when stated, in this order.
-_LISTED = (
-    "model",
-    "model_size_b",
-    "gpu",
-    "gpu_count",
-    "engine",
-    "precision",
-    "compute_dtype",
-    "batch_size",
-    "prompt_tokens",
-    "generation_tokens",
-    "use",
-    "requests_per_month",
-    "total_tokens",
-    "hours_per_day",
-    "region",
-    "cny_per_usd",
-    "price_per_kwh",
-    "price_currency",
-    "int8_threshold",
-    "double_quant",
-    "compiled",
-    "observed_throughput_tok_s",
-    "observed_power_w",
-    "observed_energy_j_per_1k",
-    "concurrency",
-    "tokens_period",
+# The optional facts ``to_dict`` lists when stated, in field order: every fact that defaults to
+# None, except the question's own text (not echoed back), pasted code (listed only when not
+# empty) and the use's reason (listed in English).
+_LISTED = tuple(
+    f.name
+    for f in fields(Question)
+    if f.default is None and f.name not in ("text", "code", "use_reason")
 )
 
 
