@@ -148,7 +148,7 @@ def _crossovers(answer: Answer, labels: dict[str, str], markdown: bool) -> list[
         ]
         for c in items
     ]
-    columns = ("h_architecture", "h_precision", "h_fitted", "h_tier", "h_published", "h_tier")
+    columns = ("h_architecture", "h_precision", "h_fitted", "h_tier", "published", "h_tier")
     headers = [labels[k] for k in columns]
     return [
         heading(title, markdown, labels),

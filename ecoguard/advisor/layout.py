@@ -35,7 +35,6 @@ _LABEL_TEXTS = {
     "saving": Text("Saving", "节省"),
     "extra_cost": Text("Extra cost", "额外花费"),
     "per_month": Text("per month", "每月"),
-    "equivalent": Text("That is about", "大约相当于"),
     "equivalent_optimize": Text(
         "The recommended setup's monthly energy is about", "推荐配置每月的能耗大约相当于"
     ),
@@ -113,10 +112,8 @@ _LABEL_TEXTS = {
     "stop": Text(".", "。"),
     "paren": Text(" ({})", "（{}）"),
     # "Understood as" fields
-    "f_model": Text("model", "模型"),
     "f_gpu": Text("GPU", "GPU"),
     "f_engine": Text("served by", "推理引擎"),
-    "f_precision": Text("precision", "精度"),
     "f_batch_size": Text("batch size", "批大小"),
     "f_in_out": Text("{p} in / {g} out", "输入 {p} / 输出 {g} token"),
     "f_use": Text("use", "用途"),
@@ -144,7 +141,6 @@ _LABEL_TEXTS = {
     "h_row": Text("row", "数据行"),
     "h_architecture": Text("architecture", "架构"),
     "h_fitted": Text("fitted", "拟合值"),
-    "h_published": Text("published", "公开值"),
     "r_j_request": Text("J/request", "每次请求能耗（J）"),
     "r_requests_month": Text("requests/month", "每月请求数"),
     "r_kwh_month": Text("kWh/month", "每月用电（kWh）"),
@@ -184,11 +180,7 @@ LABELS: dict[str, dict[str, str]] = {
 def fmt(value: Any, digits: int = 0) -> str:
     if value is None:
         return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
     if isinstance(value, (int, float)):
-        if digits == 0:
-            return f"{value:,.0f}"
         return f"{value:,.{digits}f}"
     return str(value)
 
@@ -273,10 +265,6 @@ def bar_chart(items: Sequence[tuple[str, float | None, str]], *, unit: str) -> l
 
 def heading(text: str, markdown: bool, labels: dict[str, str]) -> str:
     return f"### {text}" if markdown else list_head(text, labels)
-
-
-def field_label(labels: dict[str, str], name: str, default: str) -> str:
-    return labels.get(f"field_{name}", default)
 
 
 def local_price(answer: Answer) -> tuple[float, str] | None:

@@ -18,7 +18,6 @@ from ecoguard.advisor.layout import (
     BAR_WIDTH,
     LABELS,
     bar_chart,
-    field_label,
     fmt,
     heading,
     list_head,
@@ -131,14 +130,14 @@ def _understood(answer: Answer, labels: dict[str, str], markdown: bool) -> list[
     if dep is not None:
         if dep.model.id:
             size = fmt(dep.model.params_b, 2).rstrip("0").rstrip(".")
-            parts.append(f"{labels['f_model']}{colon}{dep.model.id} ({size}B)")
+            parts.append(f"{labels['h_model']}{colon}{dep.model.id} ({size}B)")
         if dep.gpu.name:
             count = f"{dep.gpu.count} x " if dep.gpu.count > 1 else ""  # tensor parallel
             parts.append(f"{labels['f_gpu']}{colon}{count}{dep.gpu.name}")
         if dep.engine:
             parts.append(f"{labels['f_engine']}{colon}{dep.engine}")
         if dep.precision:
-            parts.append(f"{labels['f_precision']}{colon}{dep.precision}")
+            parts.append(f"{labels['h_precision']}{colon}{dep.precision}")
         if dep.batch_size:
             parts.append(f"{labels['f_batch_size']}{colon}{dep.batch_size}")
         if dep.prompt_tokens is not None and dep.generation_tokens is not None:
@@ -165,7 +164,7 @@ def _understood(answer: Answer, labels: dict[str, str], markdown: bool) -> list[
             labels["conversion"].format(
                 source=c.source.get(lang),
                 value=f"{c.value:,.0f}",
-                field=field_label(labels, c.field, c.field.replace("_", " ")),
+                field=labels.get(f"field_{c.field}", c.field.replace("_", " ")),
                 rule=c.rule.get(lang),
             )
         )
