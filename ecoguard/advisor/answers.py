@@ -12,7 +12,6 @@ from dataclasses import replace
 from typing import Any
 
 from ecoguard.advisor import protocols
-from ecoguard.advisor.about_data import about_data
 from ecoguard.advisor.accelerators import (
     VENDORS,
     NearestProfile,
@@ -169,7 +168,7 @@ def _answer_without_deployment(
     with the protocol), a trap that does not depend on the model; a missing model a protocol
     needs is asked back (UsageError)."""
     if question.protocol == "data":  # the reference data's own counts (and the GPU's named)
-        result = about_data(question.gpu, question.language)
+        result = PROTOCOLS["data"].run(protocols.Request(question))
         return Answer(result=result, question=question, settings_used=settings_used)
     spec = PROTOCOLS[question.protocol]
     if spec.reads_code or question.code:

@@ -25,7 +25,6 @@ class ProtocolSpec:
     and the renderers read these, never the protocol's name)."""
 
     name: str
-    summary: str
     run: Callable[[Request], protocols.AdvisorResult]
     needs_model: bool  # a model must be named, else the question is asked back
     fills_precision: bool  # a missing precision defaults to FP16 (compare lists all)
@@ -74,7 +73,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
     for spec in (
         ProtocolSpec(
             "optimize",
-            "recommended precision and batch size",
             _run_optimize,
             needs_model=True,
             fills_precision=True,
@@ -85,7 +83,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ),
         ProtocolSpec(
             "compare",
-            "every precision side by side (or one precision across the measured models)",
             _run_compare,
             needs_model=True,
             fills_precision=False,
@@ -95,7 +92,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ),
         ProtocolSpec(
             "estimate",
-            "energy, money and CO2 now and optimized",
             protocols.estimate,
             needs_model=True,
             fills_precision=True,
@@ -104,7 +100,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ),
         ProtocolSpec(
             "diagnose",
-            "observed figures against the reference: which trap matches",
             protocols.diagnose,
             needs_model=False,
             fills_precision=False,
@@ -113,7 +108,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ),
         ProtocolSpec(
             "audit",
-            "source files or pasted code through ecoguard.audit",
             protocols.audit,
             needs_model=False,
             fills_precision=False,
@@ -121,7 +115,6 @@ PROTOCOLS: dict[str, ProtocolSpec] = {
         ),
         ProtocolSpec(
             "data",
-            "the reference data's own counts beside the study's published claim",
             _run_data,
             needs_model=False,
             fills_precision=False,
