@@ -21,10 +21,9 @@ class Conversion:
     rule: Text
 
     @classmethod
-    def of(
-        cls, field: str, source: str, value: float, en: str, zh: str, source_zh: str | None = None
-    ) -> Conversion:
-        return cls(field, Text(source, source_zh or source), value, Text(en, zh))
+    def of(cls, field: str, source: str, value: float, en: str, zh: str) -> Conversion:
+        """A conversion whose source reads the same in English and Chinese."""
+        return cls(field, Text(source, source), value, Text(en, zh))
 
     def to_dict(self) -> dict[str, object]:
         return {

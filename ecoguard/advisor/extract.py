@@ -234,7 +234,6 @@ _PRICE_WORD = lazy_pattern(
 class Price(NamedTuple):
     per_kwh: float
     currency: str  # ISO code: USD, EUR, GBP, CNY, JPY, INR
-    source: str
 
 
 def _currency_of(match: re.Match[str]) -> str | None:
@@ -261,7 +260,7 @@ def electricity_price(masked: str) -> Price | None:
             continue
         if code == "USD-cent":
             value, code = value / 100.0, "USD"
-        return Price(value, code or "USD", m.group(0).strip())
+        return Price(value, code or "USD")
     return None
 
 

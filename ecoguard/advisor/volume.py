@@ -192,8 +192,6 @@ class Quantity(NamedTuple):
     count: float
     period: str | None
     source: str
-    start: int
-    end: int
 
 
 class Volume(NamedTuple):
@@ -366,16 +364,10 @@ def find_quantities(text: str) -> tuple[list[Quantity], int | None]:
             concurrency = int(value)
             continue
         if form == "qps" or _SUFFIX_RATE().match(text, end):
-            m = _SUFFIX_RATE().match(text, end)
-            stop = m.end() if m else end
-            found.append(Quantity("requests", value, "second", f"{source} QPS", start, stop))
+            found.append(Quantity("requests", value, "second", f"{source} QPS"))
             continue
         if form == "dau" or _SUFFIX_DAU().match(text, end):
-            m = _SUFFIX_DAU().match(text, end)
-            stop = m.end() if m else end
-            unit, stop2 = _unit_at(text, stop)
-            stop = stop2 if unit == "users" else stop
-            found.append(Quantity("users", value, "day", f"{source} DAU", start, stop))
+            found.append(Quantity("users", value, "day", f"{source} DAU"))
             continue
         kind, unit_end = _unit_at(text, end)
         if kind is None:
@@ -385,7 +377,7 @@ def find_quantities(text: str) -> tuple[list[Quantity], int | None]:
             period = _period_before(text, start)
         if kind != "requests" and kind != "users" and period == "second":
             continue  # "20 tokens per second": a throughput (diagnose reads it)
-        found.append(Quantity(kind, value, period, text[start:stop].strip(), start, stop))
+        found.append(Quantity(kind, value, period, text[start:stop].strip()))
     return found, concurrency
 
 
