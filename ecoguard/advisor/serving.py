@@ -12,7 +12,7 @@ and the energy and money that saves, with the estimator's ranges and tiers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ecoguard.advisor.estimates import run_estimate
@@ -63,27 +63,12 @@ class BatchingAdvice:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "use": self.use,
-            "serving": self.serving,
-            "current_batch": self.current_batch,
-            "target_batch": self.target_batch,
-            "concurrency": _round(self.concurrency, 2),
-            "concurrency_basis": self.concurrency_basis,
-            "seconds_per_request": _round(self.seconds_per_request, 2),
-            "gpu_days_per_month": _round(self.gpu_days_per_month, 1),
-            "energy_now_j_per_1k": _round(self.energy_now_j_per_1k, 1),
-            "energy_now_range": self.energy_now_range,
-            "energy_target_j_per_1k": _round(self.energy_target_j_per_1k, 1),
-            "energy_target_range": self.energy_target_range,
-            "saving_pct": self.saving_pct,
-            "saving_usd_per_month": self.saving_usd_per_month,
-            "saving_kwh_per_month": _round(self.saving_kwh_per_month, 3),
-            "tier": self.tier,
-            "fix": self.fix,
-            "conditional": self.conditional,
-            "worth_it": self.worth_it,
-        }
+        """Every field but the evidence rows, in field order, the figures rounded as
+        ``_JSON_DIGITS`` says; then ``worth_it``."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rows"}
+        for name, digits in _JSON_DIGITS.items():
+            out[name] = _round(out[name], digits)
+        return {**out, "worth_it": self.worth_it}
 
     def lines(self, language: str, local_price: tuple[float, str] | None = None) -> list[str]:
         """The advice as sentences in the answer's language. ``local_price``: (price per kWh,
@@ -194,6 +179,16 @@ class BatchingAdvice:
             return f"${self.saving_usd_per_month:,.2f}"
         return None
 
+
+# The decimals BatchingAdvice.to_dict rounds each unrounded figure to.
+_JSON_DIGITS = {
+    "concurrency": 2,
+    "seconds_per_request": 2,
+    "gpu_days_per_month": 1,
+    "energy_now_j_per_1k": 1,
+    "energy_target_j_per_1k": 1,
+    "saving_kwh_per_month": 3,
+}
 
 # Where a requests-in-flight figure comes from, per basis.
 _BASIS: dict[str, Text] = {
