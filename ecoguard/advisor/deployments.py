@@ -277,46 +277,38 @@ def monthly_requests(
 ) -> tuple[int | None, list[Conversion]]:
     """Monthly requests from what the question gave: a request count, a text volume (tokens /
     generated tokens per request), or serving hours per day (throughput x hours)."""
-    conversions: list[Conversion] = []
     if question.requests_per_month is not None:
-        return question.requests_per_month, conversions
+        return question.requests_per_month, []
     gen = dep.generation_tokens or DEFAULT_GENERATION_TOKENS
     if question.total_tokens is not None:
         requests = max(1, math.ceil(question.total_tokens / gen))
         monthly = question.tokens_period == "month"
-        conversions.append(
-            Conversion.of(
-                "requests",
-                f"{question.total_tokens:,} {'token' if question.total_tokens == 1 else 'tokens'}"
-                + (" a month" if monthly else ""),
-                requests,
-                f"/ {gen} generated {'token' if gen == 1 else 'tokens'} per request"
-                + ("" if monthly else " (one-off volume, counted as one month)"),
-                f"按每次请求生成 {gen} 个 token 计"
-                + ("" if monthly else "；一次性用量，按一个月计"),
-                source_zh=f"{'每月 ' if monthly else ''}{question.total_tokens:,} 个 token",
-            )
+        tokens = f"{question.total_tokens:,}"
+        source = Text(
+            f"{tokens} {'token' if question.total_tokens == 1 else 'tokens'}"
+            + (" a month" if monthly else ""),
+            f"{'每月 ' if monthly else ''}{tokens} 个 token",
         )
-        return requests, conversions
+        rule = Text(
+            f"/ {gen} generated {'token' if gen == 1 else 'tokens'} per request"
+            + ("" if monthly else " (one-off volume, counted as one month)"),
+            f"按每次请求生成 {gen} 个 token 计" + ("" if monthly else "；一次性用量，按一个月计"),
+        )
+        return requests, [Conversion("requests", source, requests, rule)]
     if question.hours_per_day is not None:
-        est = protocols.run_estimate(dep, settings, None).to_dict()
-        tput = protocols.figure(est, "throughput_tok_s")
+        est = protocols.run_estimate(dep, settings, None)
+        tput = protocols.figure(est.to_dict(), "throughput_tok_s")  # rounded, as shown
         if tput:
+            hours = f"{question.hours_per_day:g}"
             requests = int(question.hours_per_day * 3600 * 30 * tput / gen)
-            conversions.append(
-                Conversion.of(
-                    "requests",
-                    f"{question.hours_per_day:g} h/day",
-                    requests,
-                    f"{question.hours_per_day:g} h x 3600 s x 30 days x {tput:.1f} tok/s "
-                    f"({est.get('tier')}) / {gen} tokens per request",
-                    f"{question.hours_per_day:g} 小时 x 3600 秒 x 30 天 x {tput:.1f} tok/s"
-                    f"（{est.get('tier')}）÷ 每次请求 {gen} 个 token",
-                    source_zh=f"每天 {question.hours_per_day:g} 小时",
-                )
+            rule = Text(
+                f"{hours} h x 3600 s x 30 days x {tput:.1f} tok/s ({est.tier}) / {gen} tokens "
+                "per request",
+                f"{hours} 小时 x 3600 秒 x 30 天 x {tput:.1f} tok/s（{est.tier}）÷ 每次请求 {gen} 个 token",
             )
-            return requests, conversions
-    return None, conversions
+            source = Text(f"{hours} h/day", f"每天 {hours} 小时")
+            return requests, [Conversion("requests", source, requests, rule)]
+    return None, []
 
 
 def settings_used_for(settings: Settings, question: Question | None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ecoguard.advisor.serving import (
 )
 from ecoguard.advisor.texts import Text
 from ecoguard.knowledge import find_rows, gpu_profiles
+from ecoguard.knowledge.estimator import estimate
 
 
 def test_a_question_stating_every_fact_lists_them_in_the_fixed_order() -> None:
@@ -158,3 +159,32 @@ def test_neighbouring_sizes_give_a_measured_size_its_own_speed_and_stop_beyond_t
     assert seconds(largest * 2) == pytest.approx(256 / speeds[largest], rel=1e-12)
     assert seconds(smallest / 2.1) is None
     assert seconds(largest * 2.1) is None
+
+
+def test_a_text_volume_and_serving_hours_become_requests_with_the_rule_shown() -> None:
+    from ecoguard.advisor.deployments import monthly_requests, settings_for
+
+    question = Question("estimate", model="Qwen2.5-7B", gpu="a800", generation_tokens=256)
+    dep = build_deployment(question)[0]
+    settings = settings_for(question)[0]
+    one_off = replace(question, total_tokens=1_000_000)
+    requests, (conversion,) = monthly_requests(one_off, dep, settings)
+    assert requests == 3907  # ceil(1,000,000 / 256)
+    assert conversion.source == Text("1,000,000 tokens", "1,000,000 个 token")
+    assert conversion.rule == Text(
+        "/ 256 generated tokens per request (one-off volume, counted as one month)",
+        "按每次请求生成 256 个 token 计；一次性用量，按一个月计",
+    )
+    monthly = replace(one_off, tokens_period="month")
+    assert monthly_requests(monthly, dep, settings)[1][0].source.zh == "每月 1,000,000 个 token"
+    hours = replace(question, hours_per_day=8.0, model="Yi-1.5-9B")
+    dep = build_deployment(hours)[0]
+    requests, (conversion,) = monthly_requests(hours, dep, settings)
+    assert conversion.source == Text("8 h/day", "每天 8 小时")
+    # The throughput as the answer's JSON gives it (3 decimals), shown with one.
+    tput = round(estimate(dep, settings=settings).throughput_tok_s, 3)
+    assert requests == int(8 * 3600 * 30 * tput / 256)
+    assert f" x {tput:.1f} tok/s " in conversion.rule.en
+    assert conversion.rule.en.endswith("tok/s (measured) / 256 tokens per request")
+    assert conversion.rule.zh.startswith("8 小时 x 3600 秒 x 30 天 x ")
+    assert monthly_requests(replace(question, requests_per_month=5), dep, settings) == (5, [])
