@@ -204,12 +204,6 @@ def money_text(
     return "-" if usd is None else f"${usd:,.2f}"
 
 
-def money_year_text(money: dict[str, Any], currency: str) -> str:
-    keys = ("cost_usd", "cost_cny", "cost_local")
-    usd, cny, local = (None if money.get(k) is None else money[k] * 12 for k in keys)
-    return money_text(usd, cny, currency, local)
-
-
 def make_table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> list[str]:
     if markdown:
         out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]

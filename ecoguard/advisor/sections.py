@@ -16,7 +16,6 @@ from ecoguard.advisor.layout import (
     local_price,
     make_table,
     money_text,
-    money_year_text,
     tier_label,
 )
 from ecoguard.advisor.texts import Text
@@ -298,23 +297,15 @@ def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> lis
     now = _side_column(result.current, money.get("current") or {}, currency, labels)
     then = _side_column(result.optimized, money.get("optimized") or {}, currency, labels)
     rows = [[labels[key], a, b] for key, a, b in zip(_SIDE_ROWS, now, then, strict=True)]
-    deployment = result.deployment
-    rec = result.recommendation or {}
-    current_label = (
-        labels["setup"].format(
-            label=labels["current"], p=deployment.precision, bs=deployment.batch_size
-        )
-        if deployment
-        else labels["current"]
-    )
-    optimized_label = (
-        labels["setup"].format(
-            label=labels["optimized"], p=rec.get("precision"), bs=rec.get("batch_size")
-        )
-        if rec
-        else labels["optimized"]
-    )
-    out = make_table(["", current_label, optimized_label], rows, markdown)
+    deployment, rec = result.deployment, result.recommendation or {}
+    current, optimized = labels["current"], labels["optimized"]
+    if deployment:
+        p, bs = deployment.precision, deployment.batch_size
+        current = labels["setup"].format(label=current, p=p, bs=bs)
+    if rec:
+        p, bs = rec.get("precision"), rec.get("batch_size")
+        optimized = labels["setup"].format(label=optimized, p=p, bs=bs)
+    out = make_table(["", current, optimized], rows, markdown)
     out.append("")
     saving = _saving_amount(answer, money, rec, currency)
     if saving is not None:
@@ -330,6 +321,8 @@ def _side_column(
         return ["-"] * len(_SIDE_ROWS)
     month = est.monthly
     usd = money.get("cost_usd", month.cost_usd)
+    cny, local = money.get("cost_cny"), money.get("cost_local")
+    year = [None if v is None else v * 12 for v in (usd, cny, local)]
     return [
         fmt_range(est.energy_per_1k_tokens_j, est.energy_per_1k_tokens_j_range),
         fmt_range(est.energy_per_request_j, est.energy_per_request_j_range),
@@ -338,8 +331,8 @@ def _side_column(
         fmt(est.vram_gb, 1),
         fmt(month.requests),
         fmt_range(month.energy_kwh, month.energy_kwh_range, 2),
-        money_text(usd, money.get("cost_cny"), currency, money.get("cost_local")),
-        money_year_text({**money, "cost_usd": usd}, currency),
+        money_text(usd, cny, currency, local),
+        money_text(year[0], year[1], currency, year[2]),
         fmt_range(month.co2_kg, month.co2_kg_range, 2),
         tier_label(labels, est.tier),
     ]
@@ -350,18 +343,14 @@ def _saving_amount(
 ) -> tuple[float, str] | None:
     """The monthly saving and how it reads: in CNY (with USD) when asked, in the question's own
     currency when it priced electricity in one, else in USD; None when it is not known."""
-    saving = money.get("saving_usd")
-    local = local_price(answer)
-    if saving is None and local is None and rec.get("saving_usd_per_month") is not None:
-        saving = rec["saving_usd_per_month"]
-    if local is not None and money.get("saving_local") is not None:
-        saving = money["saving_local"]  # in the question's currency; sign rules as below
+    local = local_price(answer) is not None  # priced in the question's own currency
+    usd = money.get("saving_usd")
+    if usd is None and not local:
+        usd = rec.get("saving_usd_per_month")
+    saving = money.get("saving_local") if local else usd
     if saving is None:
         return None
-    cny = money.get("saving_cny")
-    if currency == "CNY" and cny is not None:
-        return saving, f"¥{cny:,.2f} (${saving:,.2f})"
-    return saving, f"{local[1]}{saving:,.2f}" if local is not None else f"${saving:,.2f}"
+    return saving, money_text(usd, money.get("saving_cny"), currency, money.get("saving_local"))
 
 
 def _saving_line(labels: dict[str, str], saving: float, amount: str, pct: float | None) -> str:
