@@ -380,11 +380,7 @@ def batching_advice(
         ),
         saving_usd_per_month=_monthly_saving(now, after, "cost_usd", 2),
         saving_kwh_per_month=_monthly_saving(now, after, "energy_kwh"),
-        tier=(
-            now.get("tier", "none")
-            if after is None
-            else weakest_tier((now.get("tier", "none"), after.get("tier", "none")))
-        ),
+        tier=weakest_tier([est["tier"] for est in (now, after) if est is not None]),
         fix=f"ecoguard.install(batching=True, max_batch_size={max(target, 2)})",
         conditional=conditional,
         rows=_evidence(now, after),
@@ -442,53 +438,44 @@ def batching_finding(
     None when batching would not save 5% or the advice is conditional (one chat user)."""
     if advice is None or not advice.worth_it or advice.conditional:
         return None
-    serving = advice.use != "batch"
-    if advice.concurrency is None:
-        crowd = Text("concurrent requests could share that pass", "并发的请求可以分摊这次读取")
-    else:
-        crowd = Text(
-            f"{_count(advice.concurrency, advice.concurrency_basis)} requests are in flight "
-            "and could share that pass",
-            f"同时有 {_count(advice.concurrency, advice.concurrency_basis, 'zh')} 个请求可以分摊这次读取",
+    target = advice.target_batch
+    if advice.use == "batch":
+        message = Text(
+            f"A batch job at batch size {advice.current_batch}: every token streams all the "
+            "weights for one prompt; 32-64 prompts per call share that pass.",
+            f"批处理任务批大小为 {advice.current_batch}：每个 token 都为一个提示词读一遍全部权重；"
+            "每次传入 32-64 个提示词可以分摊这次读取。",
         )
-    message = Text(
-        (
+        fix = f"model.generate(**tokenizer(prompts[:{target}], padding=True, return_tensors='pt'))"
+        summary = Text(
+            f"{target} prompts per generate call", f"每次 generate 传入 {target} 个提示词"
+        )
+    else:
+        crowd = Text("concurrent requests could share that pass", "并发的请求可以分摊这次读取")
+        if advice.concurrency is not None:
+            crowd = Text(
+                f"{_count(advice.concurrency, advice.concurrency_basis)} requests are in flight "
+                "and could share that pass",
+                f"同时有 {_count(advice.concurrency, advice.concurrency_basis, 'zh')} 个请求可以分摊这次读取",
+            )
+        message = Text(
             f"Serving at batch size {advice.current_batch}: every token streams all the weights "
-            f"for one request, while {crowd.en}."
-            if serving
-            else f"A batch job at batch size {advice.current_batch}: every token streams all the "
-            "weights for one prompt; 32-64 prompts per call share that pass."
-        ),
-        (
+            f"for one request, while {crowd.en}.",
             f"以批大小 {advice.current_batch} 提供服务：每个 token 都为一个请求读一遍全部权重，"
-            f"而{crowd.zh}。"
-            if serving
-            else f"批处理任务批大小为 {advice.current_batch}：每个 token 都为一个提示词读一遍全部权重；"
-            "每次传入 32-64 个提示词可以分摊这次读取。"
-        ),
-    )
-    fix = (
-        advice.fix
-        if serving
-        else f"model.generate(**tokenizer(prompts[:{advice.target_batch}], padding=True, return_tensors='pt'))"
-    )
+            f"而{crowd.zh}。",
+        )
+        fix = advice.fix
+        summary = Text(
+            f"batch concurrent requests (up to {target} per call)",
+            f"合并并发请求（每次最多 {target} 个）",
+        )
     return Finding(
         rule="batch-size-one",
         mood=Mood.YELLOW,
         title="Batch-size-one serving",
         message=message.get(language),
         fix=fix,
-        fix_summary=(
-            Text(
-                f"batch concurrent requests (up to {advice.target_batch} per call)",
-                f"合并并发请求（每次最多 {advice.target_batch} 个）",
-            )
-            if serving
-            else Text(
-                f"{advice.target_batch} prompts per generate call",
-                f"每次 generate 传入 {advice.target_batch} 个提示词",
-            )
-        ).get(language),
+        fix_summary=summary.get(language),
         impact=Impact(
             extra_energy_pct=(
                 round((advice.energy_now_j_per_1k / advice.energy_target_j_per_1k - 1) * 100, 1)
