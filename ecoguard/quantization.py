@@ -282,3 +282,12 @@ def config_for(precision: str) -> dict[str, object] | None:
     precision. ``quant_from_config(config_for(p)).precision == p`` for every quantized one."""
     config = _CONFIGS.get(precision)
     return dict(config) if config is not None else None
+
+
+def facts_for(precision: str, *, compiled: bool | None = None) -> QuantFacts:
+    """What ``precision`` amounts to when loaded the usual way (bitsandbytes for NF4/INT8, with
+    FP16 compute for NF4; torchao for FP8, ``compiled`` or not); ``NONE`` for an unquantized
+    precision. The inverse of ``quant_from_config``, like ``config_for``."""
+    if precision in ("nf4", "nf4_dq"):
+        return bnb_4bit("nf4", double_quant=precision == "nf4_dq", compute_dtype="fp16")
+    return quant_from_config(config_for(precision), compiled=compiled)

@@ -1,6 +1,6 @@
 """The protocols take one input, the ``Request``: the question's own facts (prices, accuracy
 first, concurrency, observed figures) are read from ``request.question``, and estimate hands
-its request to optimize."""
+its request to optimize. ``with_precision`` builds the quantization record a loader would."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ecoguard.advisor.answers import answer, build_deployment
 from ecoguard.advisor.protocols import Request
 from ecoguard.advisor.question import Question
 from ecoguard.config import Settings
+from ecoguard.deployment import PRECISIONS, Deployment, GpuSpec, ModelSpec, QuantSpec
 
 
 def _request(protocol: str = "estimate", **facts: object) -> Request:
@@ -64,3 +65,52 @@ def test_a_trap_named_without_a_model_is_explained_without_the_figures() -> None
     plain = answer(Question.from_flags("estimate", precision="int8"))
     assert measured.result.protocol == "diagnose" and measured.result.findings
     assert measured.result.to_dict() == plain.result.to_dict()
+
+
+_NF4 = {"method": "bitsandbytes", "bits": 4, "quant_type": "nf4", "compute_dtype": "fp16"}
+_INT8 = {"method": "bitsandbytes", "bits": 8, "quant_type": "int8"}
+_FUSED_FP8 = QuantSpec(method="other", bits=8, quant_type="fp8", pre_quantized=True)
+
+
+def _with_precision_expected(
+    precision: str, compiled: bool | None, engine: str | None
+) -> tuple[QuantSpec, str]:
+    """The quantization record and dtype a loader builds for ``precision``, written out."""
+    torchao = {"method": "torchao", "bits": 8, "compiled": compiled}
+    return {
+        "fp32": (QuantSpec(), "fp32"),
+        "fp16": (QuantSpec(), "fp16"),
+        "bf16": (QuantSpec(), "bf16"),
+        "nf4": (QuantSpec(**_NF4, double_quant=False), "fp16"),
+        "nf4_dq": (QuantSpec(**_NF4, double_quant=True), "fp16"),
+        "int8_mixed": (QuantSpec(**_INT8, int8_threshold=6.0), "fp16"),
+        "int8_pure": (QuantSpec(**_INT8, int8_threshold=0.0), "fp16"),
+        "fp8_weight_only": (
+            _FUSED_FP8 if engine else QuantSpec(**torchao, quant_type="float8_weight_only"),
+            "bf16",
+        ),
+        "fp8_dynamic": (
+            _FUSED_FP8 if engine else QuantSpec(**torchao, quant_type="float8_dynamic"),
+            "bf16",
+        ),
+    }[precision]
+
+
+@pytest.mark.parametrize("engine", [None, "vllm"])
+@pytest.mark.parametrize("compiled", [None, True, False])
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_with_precision_builds_the_loaders_quantization_record(
+    precision: str, compiled: bool | None, engine: str | None
+) -> None:
+    start = Deployment(
+        model=ModelSpec(id="Qwen/Qwen2.5-7B-Instruct", params_b=7.6),
+        gpu=GpuSpec(profile="a800"),
+        precision="int8_mixed",
+        quant=QuantSpec(method="gguf", bits=5),
+        dtype="fp32",
+        batch_size=4,
+        engine=engine,
+    )
+    quant, dtype = _with_precision_expected(precision, compiled, engine)
+    expected = replace(start, precision=precision, quant=quant, dtype=dtype)
+    assert protocols.with_precision(start, precision, compiled=compiled) == expected

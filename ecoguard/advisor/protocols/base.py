@@ -13,11 +13,11 @@ from ecoguard.advisor.question import Question
 from ecoguard.advisor.serving import BatchingAdvice
 from ecoguard.advisor.texts import Text
 from ecoguard.config import Settings
-from ecoguard.deployment import Deployment, QuantSpec
+from ecoguard.deployment import FP8_PRECISIONS, Deployment
 from ecoguard.findings import Finding, Mood
 from ecoguard.knowledge.estimator import Estimate
 from ecoguard.knowledge.served import FUSED_FP8_ENGINES
-from ecoguard.quantization import fused_fp8
+from ecoguard.quantization import facts_for, fused_fp8
 
 # Batch sizes tried per use. Chat is interactive (one user waits on one stream); an API can
 # coalesce concurrent requests; an offline batch job can fill the GPU. Reference rows stop at 64.
@@ -143,30 +143,9 @@ def with_precision(
     """The deployment loaded at another precision, with the quantization record a loader would
     build for it (bitsandbytes for NF4/INT8, torchao for FP8; an engine's own fused FP8 where
     the deployment is served by vLLM, SGLang, TGI or TensorRT-LLM)."""
-    quant = QuantSpec()
-    dtype: str | None = precision if precision in UNQUANTIZED else "fp16"
-    if precision in ("nf4", "nf4_dq"):
-        quant = QuantSpec(
-            method="bitsandbytes",
-            bits=4,
-            quant_type="nf4",
-            double_quant=precision == "nf4_dq",
-            compute_dtype="fp16",
-        )
-    elif precision in ("int8_mixed", "int8_pure"):
-        quant = QuantSpec(
-            method="bitsandbytes",
-            bits=8,
-            quant_type="int8",
-            int8_threshold=0.0 if precision == "int8_pure" else 6.0,
-        )
-    elif precision in ("fp8_weight_only", "fp8_dynamic"):
-        quant = QuantSpec(
-            method="torchao",
-            bits=8,
-            quant_type="float8_weight_only" if precision == "fp8_weight_only" else "float8_dynamic",
-            compiled=compiled,
-        )
+    quant = facts_for(precision, compiled=compiled).quant
+    dtype = precision if precision in UNQUANTIZED else "fp16"
+    if precision in FP8_PRECISIONS:
         dtype = "bf16"
         if deployment.engine in FUSED_FP8_ENGINES:
             quant = fused_fp8().quant
