@@ -173,7 +173,7 @@ _COUNT_WORDS = {
     "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "eight": 8, "sixteen": 16,
     "一": 1, "二": 2, "两": 2, "双": 2, "三": 3, "四": 4, "五": 5, "六": 6, "八": 8, "单": 1,
 }  # fmt: skip
-_COUNT = r"(\d{1,3}|one|two|three|four|five|six|eight|sixteen|[一二两双三四五六八单])"
+_COUNT = rf"(\d{{1,3}}|{'|'.join(_COUNT_WORDS)})"
 _TIMES = r"^(\d{1,3})\s*[x×]$|^[x×](\d{1,3})$"
 # Words a GPU's name may start with before the part the tables match ("NVIDIA RTX 5090").
 _BRAND_WORDS = frozenset({"nvidia", "geforce", "rtx", "tesla", "quadro"})

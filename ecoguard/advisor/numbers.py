@@ -16,22 +16,22 @@ from functools import cache
 # starts inside every digit run and backtracks over it is quadratic).
 NUMBER = r"(?<![\d.,])(?:\d{1,3}(?:,\d{3}){1,4}(?:\.\d{1,6})?|\d{1,12}(?:\.\d{1,6})?)(?!\d)"
 
-# Word or character multipliers that may follow a number. Longest first so ``百万`` wins over
-# ``百`` and ``million`` over ``m``.
-_SCALES: tuple[tuple[str, float], ...] = (
-    ("thousand", 1e3),
-    ("million", 1e6),
-    ("billion", 1e9),
-    ("千万", 1e7),
-    ("百万", 1e6),
-    ("万", 1e4),
-    ("亿", 1e8),
-    ("千", 1e3),
-    ("mn", 1e6),
-    ("k", 1e3),
-    ("m", 1e6),
-    ("b", 1e9),
-)
+# Word or character multipliers that may follow a number, and the pattern that reads them
+# (longest first, so ``百万`` wins over ``百`` and ``million`` over ``m``).
+_SCALES: dict[str, float] = {
+    "thousand": 1e3,
+    "million": 1e6,
+    "billion": 1e9,
+    "千万": 1e7,
+    "百万": 1e6,
+    "万": 1e4,
+    "亿": 1e8,
+    "千": 1e3,
+    "mn": 1e6,
+    "k": 1e3,
+    "m": 1e6,
+    "b": 1e9,
+}
 SCALE = r"(?:\s*(?:thousand|million|billion|千万|百万|万|亿|千)|(?:mn|k|m|b)(?![a-z]))?"
 
 _CN_DIGITS = {
@@ -66,13 +66,7 @@ def parse_number(text: str) -> float:
 
 def scale_factor(text: str | None) -> float:
     """The multiplier of a scale word (``"million"`` -> 1e6, ``"万"`` -> 1e4); 1 when empty."""
-    if not text:
-        return 1.0
-    key = text.strip().lower()
-    for word, factor in _SCALES:
-        if key == word:
-            return factor
-    return 1.0
+    return _SCALES.get(text.strip().lower(), 1.0) if text else 1.0
 
 
 def parse_chinese_number(text: str) -> float | None:

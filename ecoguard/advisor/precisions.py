@@ -38,7 +38,8 @@ _ZH_PRECISIONS: tuple[tuple[str, str], ...] = (
     ("4比特", "nf4"),
 )
 _INT8_WORDS = ("int8", "8bit", "8_bit")
-_NOT_A_PRECISION = ("float", "full", "half", "load_in_8bit", "load_in_4bit")
+# Aliases too common as plain words to name a precision alone ("half" does in "half precision").
+_NOT_A_PRECISION = ("float", "full", "half")
 
 
 def _word_precision(key: str, prev: str, nxt: str) -> str | None:
@@ -54,10 +55,7 @@ def _word_precision(key: str, prev: str, nxt: str) -> str | None:
         key in ("nf4", "4bit", "4_bit") and nxt in ("dq", "double_quant", "double", "双重量化")
     ) or key == "nf4+dq":
         return "nf4_dq"
-    if (key in PRECISION_ALIASES and key not in _NOT_A_PRECISION) or key in (
-        "load_in_8bit",
-        "load_in_4bit",
-    ):
+    if key in PRECISION_ALIASES and key not in _NOT_A_PRECISION:
         return PRECISION_ALIASES[key]
     if key == "half" and nxt == "precision":
         return "fp16"

@@ -41,16 +41,15 @@ ENGLISH_CHARS_PER_TOKEN = 4.0
 WORDS_PER_TOKEN = 0.75  # English words per token
 BYTES_PER_TOKEN = 4.0  # plain text: "1 GB of text" ~ 250M tokens
 
-# Periods: the words that name them and how many fit in a 30-day month.
-PERIODS: dict[str, tuple[float, str, str]] = {
-    # key: (per month, English name, Chinese name)
-    "second": (86_400 * DAYS_PER_MONTH, "second", "秒"),
-    "minute": (1_440 * DAYS_PER_MONTH, "minute", "分钟"),
-    "hour": (24 * DAYS_PER_MONTH, "hour", "小时"),
-    "day": (DAYS_PER_MONTH, "day", "天"),
-    "week": (DAYS_PER_MONTH / 7, "week", "周"),
-    "month": (1, "month", "月"),
-    "year": (1 / 12, "year", "年"),
+# Periods: how many fit in a 30-day month, and their Chinese names (the key is the English one).
+PERIODS: dict[str, tuple[float, str]] = {
+    "second": (86_400 * DAYS_PER_MONTH, "秒"),
+    "minute": (1_440 * DAYS_PER_MONTH, "分钟"),
+    "hour": (24 * DAYS_PER_MONTH, "小时"),
+    "day": (DAYS_PER_MONTH, "天"),
+    "week": (DAYS_PER_MONTH / 7, "周"),
+    "month": (1, "月"),
+    "year": (1 / 12, "年"),
 }
 _PERIOD_WORDS: tuple[tuple[str, str], ...] = (
     # (regex, period) — checked right after the unit ("per day") or just before the number ("每天").
@@ -438,18 +437,16 @@ def extract_volume(
     tokens: float | None = None
     tokens_period: str | None = None
     for q in quantities:
-        factor, rule = _per_month_rule(q.period, hours_per_day)
+        users = q.kind == "users"
+        period = (q.period or "day") if users else q.period  # users without a period: a day
+        factor, rule = _per_month_rule(period, hours_per_day)
         if q.kind in ("requests", "users"):
-            count = q.count * (REQUESTS_PER_USER if q.kind == "users" else 1)
-            monthly = count * factor
-            if q.kind == "users":
-                period = q.period or "day"
-                factor, rule = _per_month_rule(period, hours_per_day)
-                monthly = count * factor
-                unit_en, unit_zh, n = PERIODS[period][1], PERIODS[period][2], format_count(q.count)
+            monthly = q.count * (REQUESTS_PER_USER if users else 1) * factor
+            if users:
+                n = format_count(q.count)
                 rule = Text(
-                    f"{n} users per {unit_en} x {REQUESTS_PER_USER} requests per user {rule.en}".rstrip(),
-                    f"每{unit_zh} {n} 用户 x 每人 {REQUESTS_PER_USER} 次请求 {rule.zh}".rstrip(),
+                    f"{n} users per {period} x {REQUESTS_PER_USER} requests per user {rule.en}".rstrip(),
+                    f"每{PERIODS[period][1]} {n} 用户 x 每人 {REQUESTS_PER_USER} 次请求 {rule.zh}".rstrip(),
                 )
             elif q.period is None:
                 rule = Text("read as requests per month", "按每月请求数计")
