@@ -23,8 +23,8 @@ BAR_WIDTH = 30
 ATTRIBUTION = "Hongping Zhang, EcoCompute (2026), Zenodo 10.5281/zenodo.19647290, CC BY 4.0"
 
 
-# Every label of an answer in both languages, one row each.
-_LABEL_TEXTS = {
+# Every label of an answer in both languages, one row each (an answer reads them in its own).
+LABELS = {
     "understood": Text("Understood as", "理解为"),
     "conversions": Text("Conversions", "换算"),
     "defaults": Text("Defaults used", "使用的默认值"),
@@ -171,9 +171,6 @@ _LABEL_TEXTS = {
     "conf_medium": Text("medium", "中"),
     "conf_low": Text("low", "低"),
     "conf_general": Text("general", "一般"),
-}
-LABELS: dict[str, dict[str, str]] = {
-    lang: {key: text.get(lang) for key, text in _LABEL_TEXTS.items()} for lang in ("en", "zh")
 }
 
 

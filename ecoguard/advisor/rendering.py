@@ -38,10 +38,6 @@ from ecoguard.voice import colorize, lobster_line, mood_tag
 __all__ = ["ATTRIBUTION", "BAR_WIDTH", "SECTIONS", "bar_chart", "render"]
 
 
-def _counts_in_notes(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
-    return []  # a question about the data: its counts are the answer's notes
-
-
 # Each protocol's body: (answer, labels, markdown?) -> lines. One per entry of PROTOCOLS.
 SECTIONS = {
     "optimize": optimize_section,
@@ -49,27 +45,34 @@ SECTIONS = {
     "estimate": estimate_section,
     "diagnose": diagnose_section,
     "audit": audit_section,
-    "data": _counts_in_notes,
+    "data": lambda *_: [],  # a question about the data: its counts are the answer's notes
 }
 assert set(SECTIONS) == set(PROTOCOLS), "one section per protocol"
 
 
-_MEASUREMENT_STEPS = {
-    "en": [
+# How to measure what the reference data does not cover, step by step.
+_MEASUREMENT_STEPS = (
+    Text(
         "Fix the serving setup you will run in production (GPU power limit, driver, CUDA, torch, transformers, quantization library versions) and write it down.",
-        "Warm up with 3 runs, then time 10 runs with a fixed prompt length and max_new_tokens; keep the GPU otherwise idle.",
-        "Read the NVML energy counter (or power at >= 10 Hz) around each run; report J per 1k generated tokens, tok/s and average W; measure idle power separately and do not subtract it silently.",
-        "Run an FP16 baseline in the same session so the delta is like-for-like.",
-        "`ecoguard bench` runs this protocol on your machine; its rows are stored with tier `local` and the advisor uses them from then on.",
-    ],
-    "zh": [
         "固定生产环境的配置（GPU 功耗上限、驱动、CUDA、torch、transformers、量化库版本）并记录下来。",
+    ),
+    Text(
+        "Warm up with 3 runs, then time 10 runs with a fixed prompt length and max_new_tokens; keep the GPU otherwise idle.",
         "先预热 3 次，再用固定的输入长度和 max_new_tokens 计时 10 次；期间 GPU 不跑别的任务。",
+    ),
+    Text(
+        "Read the NVML energy counter (or power at >= 10 Hz) around each run; report J per 1k generated tokens, tok/s and average W; measure idle power separately and do not subtract it silently.",
         "在每次运行前后读取 NVML 能耗计数器（或 >= 10 Hz 采样功率）；报告每千个生成 token 的焦耳数、tok/s 和平均功率；空闲功耗单独测量，不要悄悄扣除。",
+    ),
+    Text(
+        "Run an FP16 baseline in the same session so the delta is like-for-like.",
         "在同一次会话中跑一个 FP16 基线，保证对比公平。",
+    ),
+    Text(
+        "`ecoguard bench` runs this protocol on your machine; its rows are stored with tier `local` and the advisor uses them from then on.",
         "`ecoguard bench` 会在你的机器上执行这套流程；结果以 `local` 等级保存，之后顾问会直接使用。",
-    ],
-}
+    ),
+)
 
 
 def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool = False) -> str:
@@ -80,7 +83,7 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
         )
     markdown = fmt == "md"
     lang = answer.language
-    labels = LABELS.get(lang, LABELS["en"])
+    labels = {key: text.get(lang) for key, text in LABELS.items()}
     result = answer.result
     out: list[str] = []
     tag = mood_tag(result.mood)
@@ -113,10 +116,9 @@ def render(answer: Answer, *, fmt: str = "md", plain: bool = False, color: bool 
         out.append(f"{label}{labels['colon']}{listed}{labels['stop']}")
         out.append("")
     out.extend(_honesty(answer, labels))
-    notes = list(result.notes)
-    if notes:
+    if result.notes:
         out.append(list_head(labels["notes"], labels))
-        out.extend(f"- {n}" for n in notes)
+        out.extend(f"- {n}" for n in result.notes)
         out.append("")
     out.append(_citation(answer, labels))
     return "\n".join(out).rstrip() + "\n"
@@ -245,7 +247,7 @@ def _out_of_data(answer: Answer, labels: dict[str, str], lang: str, markdown: bo
         out.extend(f"- {o['detail']}" for o in answer.result.out_of_data)
     out.append("")
     out.append(heading(labels["protocol_steps"], markdown, labels))
-    steps = list(_MEASUREMENT_STEPS.get(lang, _MEASUREMENT_STEPS["en"]))
+    steps = list(_MEASUREMENT_STEPS)
     vendor = answer.vendor
     if vendor is not None:
         name, tool = vendor.name, vendor.power_tool
@@ -255,13 +257,13 @@ def _out_of_data(answer: Answer, labels: dict[str, str], lang: str, markdown: bo
             "1k generated tokens, tok/s and average W; measure idle power separately.",
             f"`ecoguard bench` 通过 NVML 读取功耗，只适用于 NVIDIA GPU；在 {name} 上请用 {tool.zh} "
             "以 >= 10 Hz 采样每次运行的功耗，报告每千个生成 token 的焦耳数、tok/s 和平均功率；空闲功耗单独测量。",
-        ).get(lang)
+        )
         steps[4] = Text(
             f"Compare with an NVIDIA baseline only as a ratio measured the same way; no figure in "
             f"the reference data is carried to {name}.",
             f"与 NVIDIA 基线对比时，只比较用同样方法测出的比值；参考数据中的数字不会换算到 {name}。",
-        ).get(lang)
-    out.extend(f"{i}. {s}" for i, s in enumerate(steps, start=1))
+        )
+    out.extend(f"{i}. {s.get(lang)}" for i, s in enumerate(steps, start=1))
     out.append("")
     return out
 
