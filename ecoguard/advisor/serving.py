@@ -67,7 +67,7 @@ class BatchingAdvice:
         ``_JSON_DIGITS`` says; then ``worth_it``."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rows"}
         for name, digits in _JSON_DIGITS.items():
-            out[name] = _round(out[name], digits)
+            out[name] = None if out[name] is None else round(out[name], digits)
         return {**out, "worth_it": self.worth_it}
 
     def lines(self, language: str, local_price: tuple[float, str] | None = None) -> list[str]:
@@ -221,10 +221,6 @@ def _count(value: float, basis: str, language: str = "en") -> str:
     if basis == "bandwidth":
         return Text(f"at least {value:,.1f}", f"至少 {value:,.1f}").get(language)
     return Text(f"about {value:,.1f}", f"约 {value:,.1f}").get(language)
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def _range_text(value: float | None, bounds: list[float] | None) -> str:
@@ -383,15 +379,9 @@ def batching_advice(
         tier=weakest_tier([est["tier"] for est in (now, after) if est is not None]),
         fix=f"ecoguard.install(batching=True, max_batch_size={max(target, 2)})",
         conditional=conditional,
-        rows=_evidence(now, after),
+        # The rows behind the current figure and, when there is a target, behind it too.
+        rows=tuple(now["rows"] if after is None else dict.fromkeys([*now["rows"], *after["rows"]])),
     )
-
-
-def _evidence(now: dict[str, Any], after: dict[str, Any] | None) -> tuple[str, ...]:
-    """The rows behind the current figure and, when there is a target, behind it too."""
-    if after is None:
-        return tuple(now.get("rows") or ())
-    return tuple(dict.fromkeys([*(now.get("rows") or ()), *(after.get("rows") or ())]))
 
 
 def _target_batch(
