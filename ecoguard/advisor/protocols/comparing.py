@@ -37,32 +37,15 @@ class _Verdict:
     findings: list[Finding]
     notes: list[str]
 
-    def result(
-        self,
-        rows: Sequence[Any],
-        evidence: list[str],
-        sources: list[str] | None = None,
-        *,
-        tier: str,
-        language: str,
-        extra: dict[str, Any],
-        deployment: Deployment | None = None,
-    ) -> AdvisorResult:
-        """The compare answer: the rows shown, with the reference rows behind them cited."""
-        return cited_result(
-            evidence,
-            sources or (),
-            protocol="compare",
-            mood=self.mood,
-            language=language,
-            deployment=deployment,
-            findings=tuple(self.findings),
-            recommendation=self.recommendation,
-            rows=tuple(rows),
-            tier=tier,
-            notes=tuple(self.notes),
-            extra=extra,
-        )
+    def fields(self) -> dict[str, Any]:
+        """The verdict as the compare answer's fields."""
+        return {
+            "protocol": "compare",
+            "mood": self.mood,
+            "recommendation": self.recommendation,
+            "findings": tuple(self.findings),
+            "notes": tuple(self.notes),
+        }
 
 
 @dataclass(slots=True)
@@ -114,14 +97,15 @@ def compare(request: Request, *, precisions: Sequence[str] | None = None) -> Adv
     known = [c for c in cells if c.estimate.tier != "none"]
     findings = run_rules(deployment, settings) if deployment.precision else []
     verdict = _precision_verdict(deployment, cells, ranked, known, findings, language)
-    return verdict.result(
-        cells,
+    return cited_result(
         [row for c in cells for row in c.estimate.rows],
         [src for c in cells for src in c.estimate.sources],
+        rows=tuple(cells),
         tier=weakest_tier(c.estimate.tier for c in known),
         language=language,
         deployment=deployment,
         extra={"baseline": "fp16"},
+        **verdict.fields(),
     )
 
 
@@ -194,12 +178,13 @@ def compare_across_models(
         )
     ]
     verdict = _models_verdict(rows_out, wanted, gpu_profile, architecture, language)
-    return verdict.result(
-        rows_out,
+    return cited_result(
         [row_id for row in rows_out for row_id in row["rows"]],
+        rows=tuple(rows_out),
         tier=weakest_tier(r["tier"] for r in rows_out),
         language=language,
         extra={"scope": "models", "gpu": gpu_profile},
+        **verdict.fields(),
     )
 
 
