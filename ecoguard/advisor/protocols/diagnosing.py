@@ -16,7 +16,6 @@ from ecoguard.advisor.protocols.base import (
     with_precision,
 )
 from ecoguard.advisor.texts import Text
-from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment
 from ecoguard.errors import UsageError
 from ecoguard.findings import Finding, Mood
@@ -61,14 +60,14 @@ def diagnose(request: Request) -> AdvisorResult:
     which trap matches, with a confidence and the evidence rows. Without a stated precision, the
     precision whose expected figures lie nearest the observed ones is inferred (and said so)."""
     deployment, settings, question = request.deployment, request.settings, request.question
-    requests_per_month, language = request.requests_per_month, request.language
+    language = request.language
     observed = {
         "throughput_tok_s": question.observed_throughput_tok_s,
         "power_w": question.observed_power_w,
         "energy_per_1k_tokens_j": question.observed_energy_j_per_1k,
     }
     has_observed = any(v is not None for v in observed.values())
-    seen = _expectation(deployment, observed, settings, requests_per_month, language)
+    seen = _expectation(request, observed)
     dep, expected = seen.deployment, seen.expected
     comparisons = _comparisons(observed, expected)
     traps = [f for f in run_rules(dep, settings) if f.mood.rank >= Mood.YELLOW.rank]
@@ -108,49 +107,41 @@ def diagnose(request: Request) -> AdvisorResult:
     )
 
 
-def _expectation(
-    deployment: Deployment,
-    observed: dict[str, float | None],
-    settings: Settings,
-    requests_per_month: int | None,
-    language: str,
-) -> _Expectation:
+def _expectation(request: Request, observed: dict[str, float | None]) -> _Expectation:
     """The deployment to diagnose and its expected figures. With figures observed for a known
     model, each precision (the stated one, else all) is ranked by how near its expectation lies;
     without a stated precision the nearest is taken, and said so."""
+    deployment = request.deployment
     has_observed = any(v is not None for v in observed.values())
     candidates: list[_Candidate] = []
     notes: list[str] = []
     dep = deployment
     if has_observed and (deployment.model.params_b or deployment.model.id):
-        candidates = _rank_precisions(deployment, observed, settings, requests_per_month)
+        candidates = _rank_precisions(request, observed)
         if candidates and deployment.precision is None:
             dep = with_precision(deployment, candidates[0].precision)
             notes.append(
                 Text(
                     f"No precision stated; your figures sit nearest {candidates[0].precision}.",
                     f"未说明精度；你的数据最接近 {candidates[0].precision}。",
-                ).get(language)
+                ).get(request.language)
             )
     elif deployment.precision is None:
         dep = with_precision(deployment, "fp16")
     if candidates and (deployment.precision is None or candidates[0].precision == dep.precision):
         expected = candidates[0].estimate
     else:
-        expected = run_estimate(dep, settings, requests_per_month)
+        expected = run_estimate(dep, request.settings, request.requests_per_month)
     return _Expectation(dep, expected, candidates, notes)
 
 
-def _rank_precisions(
-    deployment: Deployment,
-    observed: dict[str, float | None],
-    settings: Settings,
-    requests_per_month: int | None,
-) -> list[_Candidate]:
+def _rank_precisions(request: Request, observed: dict[str, float | None]) -> list[_Candidate]:
     """Each precision's distance from what the user sees (mean |log ratio|), nearest first."""
     candidates: list[_Candidate] = []
+    deployment = request.deployment
     for precision in [deployment.precision] if deployment.precision else PRECISIONS:
-        est = run_estimate(with_precision(deployment, precision), settings, requests_per_month)
+        dep = with_precision(deployment, precision)
+        est = run_estimate(dep, request.settings, request.requests_per_month)
         gaps = [
             abs(math.log(value / expected))
             for key, value in observed.items()
