@@ -61,7 +61,7 @@ def _explained_lines(
         out.append(f"{item['rule']}{labels['colon']}{why}")
     gpu = answer.result.deployment.gpu.profile if answer.result.deployment else None
     ev = sorted(
-        _relevant_evidence(item["evidence"], gpu),
+        _relevant_evidence(item["evidence"]),
         key=lambda e: e.get("precision") == "fp16",
     )
     ev_rows = []
@@ -115,13 +115,11 @@ def _verify_steps(answer: Answer, labels: dict[str, str], markdown: bool) -> lis
     ]
 
 
-def _relevant_evidence(rows: list[dict[str, Any]], gpu: str | None) -> list[dict[str, Any]]:
-    """The trap's rows (those of the asked-about GPU when it has any) and, beside them, only the
-    FP16 baselines of the same GPU, model and batch size (another GPU's or batch size's FP16
-    row says nothing about this change)."""
+def _relevant_evidence(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trap's rows (the protocol gave those of the asked-about GPU when it has any) and,
+    beside them, only the FP16 baselines of the same GPU, model and batch size (another GPU's or
+    batch size's FP16 row says nothing about this change)."""
     trap_rows = [r for r in rows if r.get("precision") != "fp16"]
-    on_gpu = [r for r in trap_rows if gpu and r.get("gpu") == gpu]
-    trap_rows = on_gpu or trap_rows
     keys = {(r.get("gpu"), r.get("model"), r.get("batch_size")) for r in trap_rows}
     baselines = [
         r

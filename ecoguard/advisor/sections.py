@@ -271,22 +271,6 @@ def optimize_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
     return out
 
 
-# The side-by-side table's rows, top to bottom (label keys).
-_SIDE_ROWS = (
-    "h_j_1k",
-    "r_j_request",
-    "h_tok_s",
-    "h_w",
-    "h_vram",
-    "r_requests_month",
-    "r_kwh_month",
-    "r_cost_month",
-    "r_cost_year",
-    "r_co2_month",
-    "h_tier",
-)
-
-
 def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
     """The current and the optimized configuration in one table, then the saving."""
     result = answer.result
@@ -296,7 +280,7 @@ def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> lis
     currency = (money.get("current") or {}).get("currency", "USD")
     now = _side_column(result.current, money.get("current") or {}, currency, labels)
     then = _side_column(result.optimized, money.get("optimized") or {}, currency, labels)
-    rows = [[labels[key], a, b] for key, a, b in zip(_SIDE_ROWS, now, then, strict=True)]
+    rows = [[labels[key], now.get(key, "-"), then.get(key, "-")] for key in now or then]
     deployment, rec = result.deployment, result.recommendation or {}
     current, optimized = labels["current"], labels["optimized"]
     if deployment:
@@ -315,27 +299,28 @@ def _side_by_side(answer: Answer, labels: dict[str, str], markdown: bool) -> lis
 
 def _side_column(
     est: Estimate | None, money: dict[str, Any], currency: str, labels: dict[str, str]
-) -> list[str]:
-    """One configuration's cells, in ``_SIDE_ROWS`` order; ``-`` in each without one."""
+) -> dict[str, str]:
+    """One configuration's cells by row label, top to bottom; none without one (its column
+    shows ``-``)."""
     if est is None:
-        return ["-"] * len(_SIDE_ROWS)
+        return {}
     month = est.monthly
     usd = money.get("cost_usd", month.cost_usd)
     cny, local = money.get("cost_cny"), money.get("cost_local")
     year = [None if v is None else v * 12 for v in (usd, cny, local)]
-    return [
-        fmt_range(est.energy_per_1k_tokens_j, est.energy_per_1k_tokens_j_range),
-        fmt_range(est.energy_per_request_j, est.energy_per_request_j_range),
-        fmt(est.throughput_tok_s, 1),
-        fmt(est.power_w),
-        fmt(est.vram_gb, 1),
-        fmt(month.requests),
-        fmt_range(month.energy_kwh, month.energy_kwh_range, 2),
-        money_text(usd, cny, currency, local),
-        money_text(year[0], year[1], currency, year[2]),
-        fmt_range(month.co2_kg, month.co2_kg_range, 2),
-        tier_label(labels, est.tier),
-    ]
+    return {
+        "h_j_1k": fmt_range(est.energy_per_1k_tokens_j, est.energy_per_1k_tokens_j_range),
+        "r_j_request": fmt_range(est.energy_per_request_j, est.energy_per_request_j_range),
+        "h_tok_s": fmt(est.throughput_tok_s, 1),
+        "h_w": fmt(est.power_w),
+        "h_vram": fmt(est.vram_gb, 1),
+        "r_requests_month": fmt(month.requests),
+        "r_kwh_month": fmt_range(month.energy_kwh, month.energy_kwh_range, 2),
+        "r_cost_month": money_text(usd, cny, currency, local),
+        "r_cost_year": money_text(year[0], year[1], currency, year[2]),
+        "r_co2_month": fmt_range(month.co2_kg, month.co2_kg_range, 2),
+        "h_tier": tier_label(labels, est.tier),
+    }
 
 
 def _saving_amount(
