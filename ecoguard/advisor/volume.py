@@ -72,18 +72,16 @@ _ADVERBS: dict[str, str] = {
 }
 # "per day", "a day", "/day", "每天", "一个月"; English words need a space after them.
 _PER = r"(?:/\s*|(?:per|a|an|each|every)\s+|每个|一个|每\s*|一)"
+_ADVERB = f"(?P<adv>{'|'.join(_ADVERBS)})"
 _PERIOD_AFTER = lazy_pattern(
-    r"\s*(?:"
-    + _PER
-    + r"(?:"
+    rf"\s*(?:{_PER}(?:"
     + "|".join(f"(?P<p{i}>{rx})" for i, (rx, _p) in enumerate(_PERIOD_WORDS))
-    + r")|/\s*(?P<abbr>s|min|h|d|mo)\b|(?P<adv>hourly|daily|weekly|monthly|yearly|annually)\b)",
+    + rf")|/\s*(?P<abbr>{'|'.join(_SLASH_ABBREVIATIONS)})\b|{_ADVERB}\b)",
     re.IGNORECASE,
 )
 _PERIOD_BEFORE = lazy_pattern(
     r"(?:(?:每|一)(?:个)?\s*(?P<zh>秒钟|秒|分钟|小时|天|日|周|星期|月|年)"
-    r"|(?:per|each|every|a)\s+(?P<en>second|minute|hour|day|week|month|year)"
-    r"|(?P<adv>hourly|daily|weekly|monthly|yearly|annually))"
+    rf"|(?:per|each|every|a)\s+(?P<en>{'|'.join(PERIODS)})|{_ADVERB})"
     r"[^\d零一二两三四五六七八九十百千万亿]{0,8}$",
     re.IGNORECASE,
 )
@@ -311,10 +309,7 @@ def _period_after(text: str, end: int) -> tuple[str | None, int]:
         return _ADVERBS[m.group("adv").lower()], m.end()
     if m.group("abbr"):
         return _SLASH_ABBREVIATIONS[m.group("abbr").lower()], m.end()
-    for i, (_rx, period) in enumerate(_PERIOD_WORDS):
-        if m.group(f"p{i}"):
-            return period, m.end()
-    return None, end  # pragma: no cover - one group always matches
+    return next(p for i, (_rx, p) in enumerate(_PERIOD_WORDS) if m.group(f"p{i}")), m.end()
 
 
 def _period_before(text: str, start: int) -> str | None:
@@ -332,14 +327,11 @@ def _unit_at(text: str, end: int) -> tuple[str | None, int]:
     m = _UNIT().match(text, end)
     if not m:
         return None, end
-    for i, (_rx, kind) in enumerate(UNITS):
-        if m.group(f"u{i}"):
-            # "2 days" is not "2 d(ays)": a bare 字 needs no boundary, English words do.
-            after = text[m.end() : m.end() + 1]
-            if after and after.isascii() and after.isalnum() and m.group(0)[-1].isascii():
-                return None, end
-            return kind, m.end()
-    return None, end  # pragma: no cover
+    # "2 days" is not "2 d(ays)": a bare 字 needs no boundary, English words do.
+    after = text[m.end() : m.end() + 1]
+    if after and after.isascii() and after.isalnum() and m.group(0)[-1].isascii():
+        return None, end
+    return next(kind for i, (_rx, kind) in enumerate(UNITS) if m.group(f"u{i}")), m.end()
 
 
 def find_quantities(text: str) -> tuple[list[Quantity], int | None]:
