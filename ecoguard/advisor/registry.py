@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from ecoguard.advisor import protocols
 from ecoguard.advisor.about_data import about_data
 from ecoguard.advisor.protocols import Request
-
-DEFAULT_GPU_PROFILE = "rtx4090d"
+from ecoguard.advisor.question import DEFAULT_GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +49,7 @@ class ProtocolSpec:
 def _run_compare(req: Request) -> protocols.AdvisorResult:
     if req.question.model is None:
         return protocols.compare_across_models(
-            req.deployment.gpu.profile or DEFAULT_GPU_PROFILE,
+            req.deployment.gpu.profile or DEFAULT_GPU,
             req.question.precisions,
             language=req.language,
             architecture=req.deployment.gpu.architecture,
