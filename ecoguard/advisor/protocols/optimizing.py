@@ -24,7 +24,6 @@ from ecoguard.advisor.protocols.base import (
 from ecoguard.advisor.serving import batching_advice, batching_finding
 from ecoguard.advisor.texts import Text
 from ecoguard.advisor.uncertainty import Quote, quantization_holds, uncertain_reason
-from ecoguard.config import Settings
 from ecoguard.deployment import PRECISIONS, Deployment
 from ecoguard.errors import UsageError
 from ecoguard.findings import TIER_STRENGTH, Finding, Mood, weakest_tier
@@ -112,7 +111,7 @@ def optimize(
     current_findings = run_rules(current_dep, settings)
     lossless = question.accuracy_critical
     tried = [p for p in precisions or PRECISIONS if p in UNQUANTIZED or not lossless]
-    candidates, rejected = _candidates(current_dep, tried, sizes, settings, requests_per_month)
+    candidates, rejected = _candidates(request, current_dep, tried, sizes)
     if not candidates:
         return _nothing_passes(current_dep, current_est, current_findings, rejected, use, language)
     chosen, lowest, best_energy = _choose(candidates, current_dep.batch_size or 1)
@@ -266,21 +265,18 @@ def _batch_sizes(
 
 
 def _candidates(
-    current: Deployment,
-    precisions: Sequence[str],
-    sizes: Sequence[int],
-    settings: Settings,
-    requests_per_month: int | None,
+    request: Request, current: Deployment, precisions: Sequence[str], sizes: Sequence[int]
 ) -> tuple[list[_Cell], list[_Cell]]:
-    """Every precision x batch size with data: ``(candidates, rejected)``; rejected ones carry
-    the rules (or the VRAM overflow) that ruled them out."""
-    vram_limit = current.gpu.vram_gb
+    """Every precision x batch size of the current deployment with data, under the request's
+    settings and volume: ``(candidates, rejected)``; rejected ones carry the rules (or the VRAM
+    overflow) that ruled them out."""
+    settings, vram_limit = request.settings, current.gpu.vram_gb
     candidates: list[_Cell] = []
     rejected: list[_Cell] = []
     for precision in precisions:
         for batch in sizes:
             dep = with_precision(current, precision).with_(batch_size=batch)
-            cell = _Cell(precision, batch, run_estimate(dep, settings, requests_per_month))
+            cell = _Cell(precision, batch, run_estimate(dep, settings, request.requests_per_month))
             if cell.estimate.energy_per_1k_tokens_j is None:
                 continue  # nothing supports this cell; it is not a candidate
             blocking = _blocking(run_rules(dep, settings))
