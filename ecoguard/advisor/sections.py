@@ -208,28 +208,29 @@ def _compare_models(answer: Answer, labels: dict[str, str], markdown: bool) -> l
     ]
     out += _table_with_chart(_MODEL_COLUMNS, rows, bars, labels, markdown)
     rec = result.recommendation
-    if rec:
-        verdicts = {
-            "en": {
-                "stay-fp16": "Stay on FP16: {p} cost more energy on every model measured ({lo:+.0f}% to {hi:+.0f}%).",
-                "use": "{p} saved energy on every model measured ({lo:+.0f}% to {hi:+.0f}%).",
-                "depends-on-size": "It depends on model size: {p} ranged from {lo:+.0f}% to {hi:+.0f}% vs FP16.",
-            },
-            "zh": {
-                "stay-fp16": "继续用 FP16：在所有实测模型上 {p} 都更耗电（{lo:+.0f}% 到 {hi:+.0f}%）。",
-                "use": "{p} 在所有实测模型上都更省电（{lo:+.0f}% 到 {hi:+.0f}%）。",
-                "depends-on-size": "取决于模型大小：{p} 相对 FP16 从 {lo:+.0f}% 到 {hi:+.0f}% 不等。",
-            },
-        }[answer.language if answer.language in ("en", "zh") else "en"]
-        if rec.get("delta_min_pct") is not None:
-            out.append(
-                f"{labels['recommendation']}: "
-                + verdicts[rec["verdict"]].format(
-                    p=", ".join(rec["precisions"]), lo=rec["delta_min_pct"], hi=rec["delta_max_pct"]
-                )
-            )
-            out.append("")
+    if rec and rec.get("delta_min_pct") is not None:
+        verdict = _VERDICTS[rec["verdict"]].format(
+            p=", ".join(rec["precisions"]), lo=rec["delta_min_pct"], hi=rec["delta_max_pct"]
+        )
+        out += [f"{labels['recommendation']}: " + verdict.get(answer.language), ""]
     return out
+
+
+# A precision compared across the measured models: the verdict, by the recommendation's.
+_VERDICTS = {
+    "stay-fp16": Text(
+        "Stay on FP16: {p} cost more energy on every model measured ({lo:+.0f}% to {hi:+.0f}%).",
+        "继续用 FP16：在所有实测模型上 {p} 都更耗电（{lo:+.0f}% 到 {hi:+.0f}%）。",
+    ),
+    "use": Text(
+        "{p} saved energy on every model measured ({lo:+.0f}% to {hi:+.0f}%).",
+        "{p} 在所有实测模型上都更省电（{lo:+.0f}% 到 {hi:+.0f}%）。",
+    ),
+    "depends-on-size": Text(
+        "It depends on model size: {p} ranged from {lo:+.0f}% to {hi:+.0f}% vs FP16.",
+        "取决于模型大小：{p} 相对 FP16 从 {lo:+.0f}% 到 {hi:+.0f}% 不等。",
+    ),
+}
 
 
 def optimize_section(answer: Answer, labels: dict[str, str], markdown: bool) -> list[str]:
