@@ -58,8 +58,7 @@ class _Cell:
         row: dict[str, Any] = {
             "precision": self.precision,
             "batch_size": self.batch_size,
-            "energy_per_1k_tokens_j": figure(est, "energy_per_1k_tokens_j"),
-            **{k: figure(est, k) for k in ("throughput_tok_s", "latency_s", "vram_gb")},
+            **{k: figure(est, k) for k in (ENERGY, "throughput_tok_s", "latency_s", "vram_gb")},
             "cost_usd_per_month": est["monthly"]["cost_usd"],
             **{k: est[k] for k in ("tier", "rows")},
         }
