@@ -31,8 +31,8 @@ def estimate(request: Request) -> AdvisorResult:
     optimized_result = _optimized(request)
     findings = _with_batching_finding(run_rules(deployment, settings), optimized_result)
     optimized = optimized_result.optimized if optimized_result else None
-    money = _money_side_by_side(request.question, current, optimized)
-    cur_money = money["current"]
+    priced = _money_side_by_side(request.question, current, optimized)
+    cur_money = priced["current"]
     return cited_result(
         [*current.rows, *(optimized.rows if optimized else ())],
         [*current.sources, *(optimized.sources if optimized else ())],
@@ -46,7 +46,7 @@ def estimate(request: Request) -> AdvisorResult:
         tier=weakest_tier([current.tier] + ([optimized.tier] if optimized else [])),
         current=current,
         optimized=optimized,
-        money=money,
+        money=priced,
         equivalents=equivalents(cur_money.get("energy_kwh"), cur_money.get("co2_kg"), language),
         notes=tuple(cur_money["notes"]),
         batching=optimized_result.batching if optimized_result is not None else None,
