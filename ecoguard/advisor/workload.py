@@ -1,5 +1,5 @@
 """The shape of the work a question states: batch size (``batch size 8``, ``bs=16``, ``批大小
-32``) and sequence lengths (``512 in / 256 out``, ``max_new_tokens=256``, ``4k context``).
+32``, ``8 prompts at a time``) and sequence lengths (``512 in / 256 out``, ``max_new_tokens=256``, ``4k context``).
 
 Read from the question with model and GPU names masked, so ``Qwen2.5-7B`` is not a 7 and
 ``H100`` is not 100 of anything.
@@ -68,14 +68,25 @@ def _check_batch_sizes(text: str) -> None:
             )
 
 
+# "8 prompts at a time", "16 requests per call": the prompts one call takes, a batch size.
+_RE_PER_CALL = lazy_pattern(
+    rf"({NUMBER})\s*(?:prompts?|requests?|sequences?)\s+(?:at a time|per (?:call|batch|generate call))\b",
+    re.I,
+)
+
+
 def batch_sizes(masked: str, lower: str) -> tuple[int, ...]:
     """The batch sizes stated, smallest first. A size that is not a whole number from 1 to
     ``MAX_BATCH_SIZE`` is a usage error, and so are two sizes unless the question compares."""
-    if "batch" not in lower and "bs" not in lower and "批" not in lower:
+    per_call: set[int] = set()
+    if "at a time" in lower or "per " in lower:
+        said = (parse_number(m.group(1)) for m in _RE_PER_CALL().finditer(masked))
+        per_call = {int(b) for b in said if b.is_integer() and 1 <= b <= MAX_BATCH_SIZE}
+    if "batch" not in lower and "bs" not in lower and "批" not in lower and not per_call:
         return (1,) if one_at_a_time(lower) else ()
     _check_batch_sizes(masked)
     batches = {int(parse_number(first_group(b))) for b in _RE_BATCH().finditer(masked)}
-    batches = {b for b in batches if b > 0}
+    batches = {b for b in batches if b > 0} | per_call
     if len(batches) > 1 and "compare" not in lower:
         raise UsageError(
             f"contradiction: more than one batch size given ({', '.join(map(str, sorted(batches)))}); "

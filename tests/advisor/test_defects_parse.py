@@ -12,6 +12,7 @@ from ecoguard.advisor.parse import parse_question
 from ecoguard.advisor.question import Question
 from ecoguard.deployment import Deployment, GpuSpec, ModelSpec, QuantSpec
 from ecoguard.engines.engine_args import served_by
+from ecoguard.errors import UsageError
 from ecoguard.rules import evaluate
 
 
@@ -239,6 +240,21 @@ def test_real_code_is_still_audited():
 )
 def test_one_at_a_time_is_batch_size_one(question):
     assert parse_question(question).batch_size == 1
+
+
+def test_prompts_at_a_time_are_a_batch_size_not_a_volume():
+    """The words "one prompt at a time" were read as a volume of 1 request a month (served, "a request
+    volume from many users"), and beside a real volume as a contradiction of two volumes."""
+    alone = parse_question("Qwen2.5-7B on A800, one prompt at a time")
+    assert (alone.batch_size, alone.requests_per_month, alone.serving) == (1, None, False)
+    both = parse_question("Qwen2.5-7B on A800, one prompt at a time, 1M requests a month")
+    assert (both.batch_size, both.requests_per_month) == (1, 1_000_000)
+    eight = parse_question("Mistral-7B on A800, 8 requests per call, 2M requests a month")
+    assert (eight.batch_size, eight.requests_per_month) == (8, 2_000_000)
+    answer = advise("Qwen2.5-7B on A800, one prompt at a time, 1M requests a month").to_dict()
+    assert "batch-size-one" in [f["rule"] for f in answer["findings"]]
+    with pytest.raises(UsageError, match="more than one batch size"):
+        parse_question("Mistral-7B on A800, 8 prompts at a time with batch size 16")
 
 
 # -- 5. accuracy first ---------------------------------------------------------------------------
