@@ -56,7 +56,7 @@ def _explained_lines(
     """A matching trap: why (in the answer's language) and its evidence rows, those of the
     question's GPU first, each with its change vs FP16."""
     out: list[str] = []
-    why = trap_text(item.get("rule"), answer.language, "", item.get("why"), "")[1]
+    why = trap_text(item.get("rule"), answer.language, item.get("why"), "")[0]
     if why:
         out.append(f"{item['rule']}{labels['colon']}{why}")
     gpu = answer.result.deployment.gpu.profile if answer.result.deployment else None

@@ -15,7 +15,6 @@ from ecoguard.advisor.answer import Answer
 from ecoguard.advisor.diagnosis import diagnose_section
 from ecoguard.advisor.layout import (
     ATTRIBUTION,
-    BAR_WIDTH,
     LABELS,
     bar_chart,
     fmt,
@@ -35,7 +34,7 @@ from ecoguard.advisor.sections import (
 from ecoguard.advisor.texts import Text, trap_text
 from ecoguard.voice import colorize, lobster_line, mood_tag
 
-__all__ = ["ATTRIBUTION", "BAR_WIDTH", "SECTIONS", "bar_chart", "render"]
+__all__ = ["ATTRIBUTION", "SECTIONS", "bar_chart", "render"]
 
 
 # Each protocol's body: (answer, labels, markdown?) -> lines. One per entry of PROTOCOLS.
@@ -193,9 +192,7 @@ def _findings(answer: Answer, labels: dict[str, str], markdown: bool) -> list[st
             impact = labels["impact" if usd is None else "impact_usd"].format(
                 pct=f.impact.extra_energy_pct, usd=usd, tier=tier_label(labels, f.impact.tier)
             )
-        _title, message, fix_summary = trap_text(
-            f.rule, answer.language, f.title, f.message, f.fix_summary or ""
-        )
+        message, fix_summary = trap_text(f.rule, answer.language, f.message, f.fix_summary or "")
         if f.rule == "batch-size-one":
             message, fix_summary = f.message, f.fix_summary or ""  # the advisor's own wording
         where = _where(f, answer.language)

@@ -41,12 +41,10 @@ TIERS_ZH = {
 }
 
 
-def trap_text(
-    rule: str | None, language: str, title: str, message: str, fix_summary: str
-) -> tuple[str, str, str]:
-    """``(title, message, fix_summary)`` in the answer's language: the rule table's Chinese
-    wording, or the English given for a rule without one."""
+def trap_text(rule: str | None, language: str, message: str, fix_summary: str) -> tuple[str, str]:
+    """``(message, fix_summary)`` in the answer's language: the rule table's Chinese wording, or
+    the English given for a rule without one."""
     row = ROWS.get(rule or "")
     if language == "zh" and row is not None and row.message_zh:
-        return row.title_zh, row.message_zh, row.fix_summary_zh
-    return title, message, fix_summary
+        return row.message_zh, row.fix_summary_zh
+    return message, fix_summary
