@@ -84,14 +84,24 @@ def _size_b(parts: list[str]) -> float | None:
 
 def _sized(words: list[Word], i: int, size_b: float) -> ModelMention | None:
     """A bare size (``7B``): a model when no counted noun follows; joined to a family name
-    written before it (``Llama 7B`` -> ``Llama-7B``)."""
+    written before it (``Llama 7B`` -> ``Llama-7B``), with its version (``Llama 3 8B``)."""
     start, end, raw = words[i]
     if following(words, i) in NOT_MODEL_AFTER or raw[-1] in "mM":
         return None
     prev = words[i - 1] if i > 0 else None
     if prev is not None and prev[2].lower() in MODEL_FAMILIES:
         return (prev[0], end, f"{prev[2]}-{raw}", size_b)
+    family = words[i - 2] if i > 1 else None
+    if family and prev and family[2].lower() in MODEL_FAMILIES and _VERSION.fullmatch(prev[2]):
+        # "Llama 3 8B" -> Llama3-8B, "Qwen 2.5 7B" -> Qwen2.5-7B, "Llama 3.1 8B" -> Llama-3.1-8B
+        joined = family[2] + prev[2]
+        name = joined if joined.lower() in MODEL_FAMILIES else f"{family[2]}-{prev[2]}"
+        return (family[0], end, f"{name}-{raw}", size_b)
     return (start, end, raw, size_b)
+
+
+# A family's version written apart from its name ("Llama 3", "Qwen 2.5").
+_VERSION = re.compile(r"\d(?:\.\d{1,2})?")
 
 
 def _unsized(words: list[Word], i: int) -> ModelMention | None:

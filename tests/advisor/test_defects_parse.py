@@ -242,6 +242,23 @@ def test_one_at_a_time_is_batch_size_one(question):
     assert parse_question(question).batch_size == 1
 
 
+@pytest.mark.parametrize(
+    ("question", "model", "resolved"),
+    [
+        ("Llama 3 8B on A800, cost for 1M requests a month?", "Llama3-8B", "llama-3-8b"),
+        ("Llama 3.1 8B on H100", "Llama-3.1-8B", "llama-3.1-8b"),
+        ("Qwen 2.5 7B on A800", "Qwen2.5-7B", "qwen2.5-7b"),
+        ("Yi 1.5 6B on A800", "Yi-1.5-6B", "yi-1.5-6b"),
+        ("Mistral 7B on A800", "Mistral-7B", "mistral-7b"),
+        ("two 7B models on A800", "7B", "7B"),
+    ],
+)
+def test_a_family_version_and_size_written_apart_are_one_model(question, model, resolved):
+    """The words "Llama 3 8B" were read as a bare 8B (no architecture, no measured rows)."""
+    assert parse_question(question).model == model
+    assert advise(question).to_dict()["deployment"]["model"] == resolved
+
+
 def test_prompts_at_a_time_are_a_batch_size_not_a_volume():
     """The words "one prompt at a time" were read as a volume of 1 request a month (served, "a request
     volume from many users"), and beside a real volume as a contradiction of two volumes."""
