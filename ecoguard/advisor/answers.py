@@ -245,8 +245,7 @@ def _answer(
     ):
         # compare and diagnose: the batching advice for the deployment asked about.
         batching = _advice_for(question, dep, settings, monthly, serving)
-        local = question.price_currency not in (None, "USD", "CNY")
-        result = _with_batching(result, batching, lang, usd=not local)
+        result = _with_batching(result, batching, question)
     if gpu_match is not None:
         result = _extrapolated(result)
     result = _mood_within_saving(result, lang)
@@ -354,17 +353,13 @@ def _max_batch(
 
 
 def _with_batching(
-    result: protocols.AdvisorResult,
-    advice: BatchingAdvice | None,
-    lang: str,
-    *,
-    usd: bool = True,
+    result: protocols.AdvisorResult, advice: BatchingAdvice | None, question: Question
 ) -> protocols.AdvisorResult:
     """compare and diagnose answers get the batching finding here (optimize and estimate add it
     themselves, so the library functions, the CLI and the MCP tools agree)."""
     if any(f.rule == "batch-size-one" for f in result.findings):
         return result
-    finding = batching_finding(advice, lang, usd=usd)
+    finding = batching_finding(advice, question.language, usd=question.priced_in_usd)
     if finding is None:
         return result
     mood = Mood.worst([result.mood, Mood.YELLOW]) if result.mood != Mood.GRAY else result.mood

@@ -209,6 +209,12 @@ class Question:
         )
 
     @property
+    def priced_in_usd(self) -> bool:
+        """Its money has a USD figure: electricity priced in USD or CNY (or not at all), not in
+        another currency without an exchange rate."""
+        return self.price_currency in (None, "USD", "CNY")
+
+    @property
     def has_figures(self) -> bool:
         """Observed figures were given (diagnose infers the precision from them)."""
         return any(getattr(self, name) is not None for name in OBSERVED_FIELDS)

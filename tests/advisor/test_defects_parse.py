@@ -388,3 +388,23 @@ def test_how_it_is_served_is_in_the_figure_not_a_note():
     assert four.to_dict()["current"]["method"].startswith("4 cards (tensor parallel)")
     for answer in (fp8, four):
         assert not any("GPUs" in n or "fused" in n for n in answer.to_dict()["notes"])
+
+
+@pytest.mark.parametrize("protocol", ["optimize", "compare", "estimate"])
+def test_a_price_in_another_currency_puts_no_usd_on_the_batching_finding(protocol):
+    """Electricity priced in EUR (no exchange rate): no answer states the batching finding's
+    cost in USD; optimize did (extra_usd_per_month 105.32) while compare and estimate did not."""
+    words = {
+        "optimize": "Greenest config for",
+        "compare": "Compare all precisions for",
+        "estimate": "Cost of",
+    }
+    question = f"{words[protocol]} Mistral-7B on A800 at €0.25/kWh, 3M requests a month"
+    answer = advise(question).to_dict()
+    assert answer["protocol"] == protocol
+    (finding,) = [f for f in answer["findings"] if f["rule"] == "batch-size-one"]
+    assert finding["impact"]["extra_usd_per_month"] is None
+    assert finding["impact"]["extra_kwh_per_month"] > 0
+    in_usd = advise(question.replace(" at €0.25/kWh", "")).to_dict()
+    (usd_finding,) = [f for f in in_usd["findings"] if f["rule"] == "batch-size-one"]
+    assert usd_finding["impact"]["extra_usd_per_month"] > 0

@@ -55,10 +55,9 @@ def estimate(request: Request) -> AdvisorResult:
 
 def _optimized(request: Request) -> AdvisorResult | None:
     """optimize's answer for the deployment's use, or None without a model to optimize (a
-    UsageError). Its batching finding names no USD figure when the question priced energy in
-    another currency."""
+    UsageError)."""
     try:
-        return optimize(request, usd=request.question.price_currency in (None, "USD", "CNY"))
+        return optimize(request)
     except UsageError:
         return None
 

@@ -83,7 +83,6 @@ def optimize(
     use: str | None = None,
     precisions: Sequence[str] | None = None,
     batch_sizes: Sequence[int] | None = None,
-    usd: bool = True,
 ) -> AdvisorResult:
     """Recommended precision and batch size for a model on a GPU and a use (chat, api, batch).
 
@@ -97,8 +96,8 @@ def optimize(
     current one is recommended only with its cost and the reason stated. A served use (the
     request's ``serving``; default: an API) or a batch job gets batching advice
     (``result.batching``, from the question's concurrency and hours per day) and, when batching
-    would save 5% or more, a ``batch-size-one`` finding (no USD figure in it when ``usd`` is
-    False). An accuracy-critical question: quantized precisions change the outputs, so only
+    would save 5% or more, a ``batch-size-one`` finding (no USD figure in it when the question
+    priced energy in another currency). An accuracy-critical question: quantized precisions change the outputs, so only
     unquantized ones are candidates. ``use``, ``precisions`` and ``batch_sizes`` narrow the
     search (default: the deployment's use, every precision, the use's batch sizes)."""
     deployment, settings, question = request.deployment, request.settings, request.question
@@ -132,7 +131,8 @@ def optimize(
         hours_per_day=question.hours_per_day,
         target_batch=chosen.batch_size,
     )
-    findings, finding = tuple(current_findings), batching_finding(advice, language, usd=usd)
+    findings = tuple(current_findings)
+    finding = batching_finding(advice, language, usd=question.priced_in_usd)
     if finding is not None and not any(f.rule == finding.rule for f in findings):
         findings = (*findings, finding)
         mood = Mood.worst([mood, Mood.YELLOW])
