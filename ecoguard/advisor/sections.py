@@ -112,18 +112,12 @@ def _table_with_chart(
     markdown: bool,
 ) -> list[str]:
     """A table of ``cells`` under ``columns``, then the rows' J per 1k tokens as ``bars``
-    (label, figure, tier)."""
+    (label, figure, tier; fenced in Markdown) when any is known."""
     out = make_table([labels[key] for key in columns], cells, markdown)
-    out.append("")
-    return out + _energy_chart(bars, markdown)
-
-
-def _energy_chart(items: list[tuple[str, float | None, str]], markdown: bool) -> list[str]:
-    """J per 1k tokens as bars (fenced in Markdown), then a blank line; nothing without data."""
-    chart = bar_chart(items, unit="J/1k")
-    if not chart:
-        return []
-    return [*(["```", *chart, "```"] if markdown else chart), ""]
+    chart = bar_chart(bars, unit="J/1k")
+    if chart:
+        out += ["", *(["```", *chart, "```"] if markdown else chart)]
+    return [*out, ""]
 
 
 def _paired_lines(answer: Answer, labels: dict[str, str]) -> list[str]:
