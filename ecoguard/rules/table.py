@@ -46,8 +46,8 @@ class RuleRow:
     # general is told about int8-mixed), and the precision its fix is measured against.
     known_for: tuple[str, ...] = ()
     fixed_precision: str = "fp16"
-    # A Chinese answer's wording: title, what happens, fix summary (the fix code stays as written).
-    title_zh: str = ""
+    # A Chinese answer's wording: what happens, fix summary (the fix code stays as written; a
+    # finding's title is not shown in an answer, and its JSON keeps the English one).
     message_zh: str = ""
     fix_summary_zh: str = ""
     # What to look for first when a bill is high and nothing is known yet (English, Chinese).
@@ -92,7 +92,6 @@ _ROWS: tuple[RuleRow, ...] = (
         look_for_zh="load_in_8bit=True 且 llm_int8_threshold 为默认的 6.0",
         known_for=("int8_mixed",),
         fixed_precision="int8_pure",
-        title_zh="bitsandbytes 默认 INT8（混合精度分解）",
         message_zh=(
             "bitsandbytes 8 位量化默认 llm_int8_threshold=6.0：每次矩阵乘法都拆成 FP16 离群值部分和 INT8 部分，"
             "反复在两种精度之间转换，结果比 FP16 更慢、更耗电。"
@@ -117,7 +116,6 @@ _ROWS: tuple[RuleRow, ...] = (
         look_for="4-bit or 8-bit weights on a model below about 3-4B parameters",
         look_for_zh="约 3-4B 参数以下的小模型用了 4 位或 8 位量化",
         known_for=("nf4", "nf4_dq", "int8_pure"),
-        title_zh="小模型量化反而更耗电",
         message_zh=(
             "量化省下的是显存带宽，但每个 token 都要额外反量化；模型越小，"
             "权重本来就读得快，反量化的开销占主导，量化后比 FP16 更耗电。"
@@ -147,7 +145,6 @@ _ROWS: tuple[RuleRow, ...] = (
         look_for_zh="torchao FP8 没有经过 torch.compile",
         known_for=("fp8_weight_only", "fp8_dynamic"),
         fixed_precision="bf16",
-        title_zh="torchao FP8 在 eager 模式下",
         message_zh=(
             "torchao 的 FP8 在没有 torch.compile 的 eager 模式下，每层都要单独做类型转换和缩放，"
             "实测比 FP16 更耗电很多。"
@@ -167,7 +164,6 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="nightly-build",
-        title_zh="Nightly/开发版",
         message_zh="开发版可能缺少参考数据测量时使用的编译内核，能耗未经验证。",
         fix_summary_zh="安装 PyPI 上的稳定版",
         moods=(Mood.GRAY,),
@@ -184,7 +180,6 @@ _ROWS: tuple[RuleRow, ...] = (
         id="batch-size-one",
         look_for="one prompt per generate call while requests wait",
         look_for_zh="请求在排队，却每次 generate 只处理一条",
-        title_zh="批大小为 1 的服务",
         message_zh=(
             "每次只处理一个请求：每生成一个 token 都要把全部权重读一遍，而批处理可以让多个请求分摊这次读取。"
         ),
@@ -206,7 +201,6 @@ _ROWS: tuple[RuleRow, ...] = (
         id="bf16-unsupported",
         look_for="bf16 on a GPU before Ampere (T4, V100)",
         look_for_zh="在 Ampere 之前的 GPU（T4、V100）上用 bf16",
-        title_zh="GPU 不支持 BF16",
         message_zh="Ampere 之前的 GPU 没有 BF16 张量核心，BF16 矩阵乘法被模拟，又慢又耗电。",
         fix_summary_zh="在这块 GPU 上改用 FP16",
         moods=(Mood.ORANGE,),
@@ -223,7 +217,6 @@ _ROWS: tuple[RuleRow, ...] = (
         id="vram-overflow",
         look_for="weights + KV cache larger than the GPU memory (layers spill to CPU)",
         look_for_zh="权重加 KV 缓存超出显存（层被卸载到 CPU）",
-        title_zh="显存不足",
         message_zh=(
             "权重加 KV 缓存超过了显存：模型会被卸载到 CPU 或直接报错，能耗和延迟都会大幅上升。"
         ),
@@ -242,7 +235,6 @@ _ROWS: tuple[RuleRow, ...] = (
     ),
     RuleRow(
         id="reference-deviation",
-        title_zh="能耗偏离参考值",
         message_zh="实测每 token 能耗与同配置的参考数据相差很大。",
         fix_summary_zh="检查功耗上限、频率、温度和 GPU 上的其他任务，然后用 `ecoguard bench` 实测",
         moods=(Mood.YELLOW, Mood.ORANGE, Mood.GRAY),
