@@ -18,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from ecoguard.advisor.answers import advise as advise_question
 from ecoguard.advisor.answers import answer
+from ecoguard.advisor.layout import ATTRIBUTION as DATA_ATTRIBUTION
 from ecoguard.advisor.parse import parse_question
 from ecoguard.advisor.question import Question
 from ecoguard.audit import audit_source
@@ -31,8 +32,7 @@ from ecoguard.rules import explain
 AUDIT_TIME_LIMIT_S = 20.0
 
 ATTRIBUTION = (
-    "Hongping Zhang, EcoCompute (2026), Zenodo 10.5281/zenodo.19647290, CC BY 4.0; compiled "
-    "and tiered by ecoguard (see resource ecoguard://data/provenance)"
+    f"{DATA_ATTRIBUTION}; compiled and tiered by ecoguard (see resource ecoguard://data/provenance)"
 )
 
 
