@@ -97,9 +97,10 @@ def optimize(
     request's ``serving``; default: an API) or a batch job gets batching advice
     (``result.batching``, from the question's concurrency and hours per day) and, when batching
     would save 5% or more, a ``batch-size-one`` finding (no USD figure in it when the question
-    priced energy in another currency). An accuracy-critical question: quantized precisions change the outputs, so only
-    unquantized ones are candidates. ``use``, ``precisions`` and ``batch_sizes`` narrow the
-    search (default: the deployment's use, every precision, the use's batch sizes)."""
+    priced energy in another currency). An accuracy-critical question: quantized precisions
+    change the outputs, so only unquantized ones are candidates. ``use``, ``precisions`` and
+    ``batch_sizes`` narrow the search (default: the deployment's use, every precision, the use's
+    batch sizes)."""
     deployment, settings, question = request.deployment, request.settings, request.question
     requests_per_month, language = request.requests_per_month, request.language
     use = _checked_use(deployment, use)
