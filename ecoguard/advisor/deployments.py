@@ -18,7 +18,6 @@ from ecoguard.advisor.accelerators import (
     nearest_profile,
 )
 from ecoguard.advisor.conversions import Conversion
-from ecoguard.advisor.extract import LOCAL_PUE
 from ecoguard.advisor.question import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_GPU,
@@ -36,6 +35,7 @@ from ecoguard.knowledge import (
     crossover,
     find_rows,
     gpu_profiles,
+    pue_defaults,
     reference_rows,
     resolve_gpu,
     resolve_model,
@@ -172,7 +172,7 @@ def settings_for(
         changes["region"] = region
         defaults.append(Default.of("region", region))
     if question.local and settings.pue is None:
-        changes["pue"] = LOCAL_PUE
+        changes["pue"] = pue_defaults()["local"]  # no data-centre overhead
     if question.price_per_kwh is not None:
         if question.price_currency == "USD":
             changes["price_usd_per_kwh"] = question.price_per_kwh

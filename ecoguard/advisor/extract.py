@@ -13,6 +13,7 @@ import re
 from typing import NamedTuple
 
 from ecoguard.advisor.numbers import NUMBER, first_group, lazy_pattern, parse_number
+from ecoguard.advisor.question import SERVED_BY_VOLUME
 from ecoguard.advisor.texts import Text
 from ecoguard.advisor.volume import Volume
 from ecoguard.advisor.words import Word, following
@@ -118,7 +119,7 @@ def _serving_reason(concurrency: int | None, volume: bool, production: bool) -> 
     if production:
         return Text("a production service", "生产环境的在线服务")
     if volume:
-        return Text("a request volume from many users", "来自众多用户的请求量")
+        return SERVED_BY_VOLUME
     return Text("an API or service", "API 或在线服务")
 
 
@@ -185,7 +186,6 @@ _LOCAL = lazy_pattern(
     r"\bmy local\b|\bon[- ]prem(?:ise|ises)? desktop\b|家里|在家|本地|自己的电脑|台式机|个人电脑",
     re.I,
 )
-LOCAL_PUE = 1.0
 
 
 def local_machine(text: str) -> bool:

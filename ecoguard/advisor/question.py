@@ -89,8 +89,8 @@ HOW_TO_STATE: dict[str, Text] = {
     ),
 }
 
-# Why a flags question with a volume and no stated use is served (the parser's own wording).
-_SERVED_BY_VOLUME = Text("a request volume from many users", "来自众多用户的请求量")
+# Why a question with a volume and no stated use is served (free text and flags alike).
+SERVED_BY_VOLUME = Text("a request volume from many users", "来自众多用户的请求量")
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,5 +269,5 @@ def _use_fact(use: str | None, volume: bool) -> tuple[str | None, bool, Text | N
     a batch job is not served; a chat is served when a volume is given; an API, or a volume
     with no use stated, is served."""
     if volume and use not in ("batch", "chat", "api"):
-        return "api", True, _SERVED_BY_VOLUME
+        return "api", True, SERVED_BY_VOLUME
     return use, use == "api" or (use == "chat" and volume), None
