@@ -290,13 +290,13 @@ _RATE_GATE = ("rate", "汇率", "usd", "$", "美元", "dollar")
 
 
 def money(lower: str, masked: str, language: str) -> MoneyFacts:
-    """The currency asked for, an exchange rate, and the electricity price and its currency."""
+    """The currency asked for, an exchange rate, and the electricity price and its currency. A
+    question in Chinese asks in yuan unless it names dollars (as ``Question.from_flags`` reads
+    ``--language zh``)."""
     currency = "USD"
-    if re.search(r"人民币|\bcny\b|\brmb\b|元|块钱|yuan", lower) or (
-        language == "zh"
-        and ("多少钱" in lower or "花" in lower)
-        and "$" not in lower
-        and "美元" not in lower
+    # 元 alone is yuan; 美元, 欧元, 日元, 港元 are other currencies.
+    if re.search(r"人民币|\bcny\b|\brmb\b|(?<![美欧日港])元|块钱|yuan", lower) or (
+        language == "zh" and "$" not in lower and "美元" not in lower
     ):
         currency = "CNY"
     m = _RE_RATE().search(masked) if any(w in lower for w in _RATE_GATE) else None

@@ -43,13 +43,13 @@ def compare_section(answer: Answer, labels: dict[str, str], markdown: bool) -> l
                 fmt(est.vram_gb, 1),
                 fmt(est.latency_s, 1),
                 fmt(est.power_w),
-                money_text(est.monthly.cost_usd),
+                _month_cost(answer, est),
                 fmt(cell.rank),
                 tier_label(labels, est.tier),
             ]
         )
         bars.append((cell.precision, est.energy_per_1k_tokens_j, tier_label(labels, est.tier)))
-    out += _table_with_chart(_PRECISION_COLUMNS, rows, bars, labels, markdown)
+    out += _table_with_chart(_columns(answer, _PRECISION_COLUMNS), rows, bars, labels, markdown)
     out += _paired_lines(answer, labels)
     out += _trade_offs(answer, labels)
     if result.recommendation:
@@ -104,6 +104,25 @@ _OPTIMIZE_COLUMNS = (
 )
 
 
+def _columns(answer: Answer, columns: tuple[str, ...]) -> tuple[str, ...]:
+    """A table's columns; its cost column is headed in USD unless the question priced
+    electricity in its own currency (see ``_month_cost``)."""
+    if local_price(answer) is None:
+        return columns
+    return tuple("r_cost_month" if key == "h_usd_month" else key for key in columns)
+
+
+def _month_cost(answer: Answer, est: Estimate) -> str:
+    """An estimate's monthly cost as the answer prices it: in the question's own currency when
+    it priced electricity in one without an exchange rate (kWh x its price, as the side-by-side
+    table and the batching advice do), else in USD."""
+    local = local_price(answer)
+    if local is None:
+        return money_text(est.monthly.cost_usd)
+    kwh = est.monthly.energy_kwh
+    return "-" if kwh is None else f"{local[1]}{kwh * local[0]:,.2f}"
+
+
 def _table_with_chart(
     columns: tuple[str, ...],
     cells: list[list[str]],
@@ -151,7 +170,8 @@ def _trade_offs(answer: Answer, labels: dict[str, str]) -> list[str]:
         return min(known, key=lambda pv: pv[1]) if known else None
 
     vram, fast = pick(lambda e: e.vram_gb), pick(lambda e: e.latency_s)
-    cheap = pick(lambda e: e.monthly.cost_usd)
+    priced = [c for c in rows if c.estimate.monthly.cost_usd is not None]
+    cheap = min(priced, key=lambda c: c.estimate.monthly.cost_usd or 0.0, default=None)
     if vram is not None:
         p, gb = vram
         out.append(Text(f"least memory: {p} ({gb:.1f} GB)", f"显存最少：{p}（{gb:.1f} GB）"))
@@ -161,10 +181,8 @@ def _trade_offs(answer: Answer, labels: dict[str, str]) -> list[str]:
             Text(f"lowest latency: {p} ({s:.1f} s per request)", f"延迟最低：{p}（{s:.1f} s/请求）")
         )
     if cheap is not None:
-        p, usd = cheap
-        out.append(
-            Text(f"cheapest per month: {p} (${usd:,.2f})", f"每月最便宜：{p}（${usd:,.2f}）")
-        )
+        p, cost = cheap.precision, _month_cost(answer, cheap.estimate)
+        out.append(Text(f"cheapest per month: {p} ({cost})", f"每月最便宜：{p}（{cost}）"))
     out.append(
         Text(
             "accuracy: FP16/BF16 keep outputs; NF4, INT8 and FP8 change them, so check quality "
@@ -251,12 +269,12 @@ def optimize_section(answer: Answer, labels: dict[str, str], markdown: bool) -> 
                 fmt(est.energy_per_1k_tokens_j),
                 fmt(est.throughput_tok_s, 1),
                 fmt(est.vram_gb, 1),
-                money_text(est.monthly.cost_usd),
+                _month_cost(answer, est),
                 tier,
             ]
         )
         bars.append((f"{cell.precision} BS{cell.batch_size}", est.energy_per_1k_tokens_j, tier))
-    out += _table_with_chart(_OPTIMIZE_COLUMNS, rows, bars, labels, markdown)
+    out += _table_with_chart(_columns(answer, _OPTIMIZE_COLUMNS), rows, bars, labels, markdown)
     rejected = result.extra.get("rejected") or []
     if rejected:
         names = sorted({f"{r['precision']} ({', '.join(r['rejected_by'])})" for r in rejected})

@@ -267,5 +267,25 @@ def money(question: Question, est: Estimate) -> dict[str, Any]:
     }
 
 
+def money_side_by_side(
+    question: Question, current: Estimate, optimized: Estimate | None
+) -> dict[str, Any]:
+    """The current configuration's money and, with an optimized one, its money and the saving
+    in each currency both have (estimate's and optimize's side by side)."""
+    out = {"current": money(question, current)}
+    if not optimized:
+        return out
+    out["optimized"] = money(question, optimized)
+    now, then = out["current"], out["optimized"]
+    for key, saving in (
+        ("cost_usd", "saving_usd"),
+        ("cost_cny", "saving_cny"),
+        ("cost_local", "saving_local"),
+    ):
+        if now[key] is not None and then[key] is not None:
+            out[saving] = round(now[key] - then[key], 2)
+    return out
+
+
 def plural(count: int, word: str) -> str:
     return word if count == 1 else word + "s"

@@ -4,7 +4,6 @@ them, money in the asked currency."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from ecoguard.advisor.estimates import run_estimate, run_rules
 from ecoguard.advisor.protocols.base import (
@@ -12,10 +11,9 @@ from ecoguard.advisor.protocols.base import (
     Request,
     cited_result,
     equivalents,
-    money,
+    money_side_by_side,
 )
 from ecoguard.advisor.protocols.optimizing import optimize
-from ecoguard.advisor.question import Question
 from ecoguard.errors import UsageError
 from ecoguard.findings import Finding, Mood, weakest_tier
 from ecoguard.knowledge.estimator import Estimate
@@ -31,7 +29,7 @@ def estimate(request: Request) -> AdvisorResult:
     optimized_result = _optimized(request)
     findings = _with_batching_finding(run_rules(deployment, settings), optimized_result)
     optimized = optimized_result.optimized if optimized_result else None
-    priced = _money_side_by_side(request.question, current, optimized)
+    priced = money_side_by_side(request.question, current, optimized)
     cur_money = priced["current"]
     return cited_result(
         [*current.rows, *(optimized.rows if optimized else ())],
@@ -69,26 +67,6 @@ def _with_batching_finding(
     if optimized is None or any(f.rule == "batch-size-one" for f in findings):
         return findings
     return [*findings, *[f for f in optimized.findings if f.rule == "batch-size-one"][:1]]
-
-
-def _money_side_by_side(
-    question: Question, current: Estimate, optimized: Estimate | None
-) -> dict[str, Any]:
-    """The current configuration's money and, with an optimized one, its money and the saving
-    in each currency both have."""
-    out = {"current": money(question, current)}
-    if not optimized:
-        return out
-    out["optimized"] = money(question, optimized)
-    now, then = out["current"], out["optimized"]
-    for key, saving in (
-        ("cost_usd", "saving_usd"),
-        ("cost_cny", "saving_cny"),
-        ("cost_local", "saving_local"),
-    ):
-        if now[key] is not None and then[key] is not None:
-            out[saving] = round(now[key] - then[key], 2)
-    return out
 
 
 def _mood(findings: list[Finding], current: Estimate, optimized: AdvisorResult | None) -> Mood:

@@ -17,11 +17,12 @@ from ecoguard.advisor.protocols.base import (
     cited_result,
     equivalents,
     figure,
+    money_side_by_side,
     plural,
     use_for_batch_size,
     with_precision,
 )
-from ecoguard.advisor.serving import batching_advice, batching_finding
+from ecoguard.advisor.serving import BatchingAdvice, batching_advice, batching_finding
 from ecoguard.advisor.texts import Text
 from ecoguard.advisor.uncertainty import Quote, quantization_holds, uncertain_reason
 from ecoguard.deployment import PRECISIONS, Deployment
@@ -122,22 +123,14 @@ def optimize(
     )  # fmt: skip
     recommendation = _recommendation(chosen, current_est, use, reasons)
     mood = _mood(chosen, current_dep, current_findings, recommendation["saving_pct"])
-    advice = batching_advice(
-        current_dep,
-        settings=settings,
-        requests_per_month=requests_per_month or settings.monthly_requests,
-        use=use,
-        serving=use == "api" if request.serving is None else request.serving,
-        concurrency=question.concurrency,
-        hours_per_day=question.hours_per_day,
-        target_batch=chosen.batch_size,
-    )
+    advice = _advice(request, current_dep, use, chosen.batch_size)
     findings = tuple(current_findings)
     finding = batching_finding(advice, language, usd=question.priced_in_usd)
     if finding is not None and not any(f.rule == finding.rule for f in findings):
         findings = (*findings, finding)
         mood = Mood.worst([mood, Mood.YELLOW])
-    money = chosen.estimate.monthly
+    monthly = chosen.estimate.monthly
+    priced = money_side_by_side(question, current_est, chosen.estimate)  # as estimate prices it
     return cited_result(
         [*current_est.rows, *chosen.estimate.rows, *_rows_of(ranked[:6])],
         [*current_est.sources, *chosen.estimate.sources],
@@ -151,9 +144,28 @@ def optimize(
         tier=weakest_tier((chosen.estimate.tier, current_est.tier)),
         current=current_est,
         optimized=chosen.estimate,
-        equivalents=equivalents(money.energy_kwh, money.co2_kg, language),
+        money=priced,
+        equivalents=equivalents(monthly.energy_kwh, monthly.co2_kg, language),
+        notes=tuple(priced["current"]["notes"]),
         extra={"use": use, "rejected": [r.to_dict() for r in rejected]},
         batching=advice,
+    )
+
+
+def _advice(request: Request, current: Deployment, use: str, target: int) -> BatchingAdvice | None:
+    """The batching advice for the deployment as it runs now, towards the chosen batch size: a
+    served use (the request's ``serving``; default: an API) from the question's concurrency and
+    hours per day."""
+    settings, question = request.settings, request.question
+    return batching_advice(
+        current,
+        settings=settings,
+        requests_per_month=request.requests_per_month or settings.monthly_requests,
+        use=use,
+        serving=use == "api" if request.serving is None else request.serving,
+        concurrency=question.concurrency,
+        hours_per_day=question.hours_per_day,
+        target_batch=target,
     )
 
 
