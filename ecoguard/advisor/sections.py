@@ -18,6 +18,7 @@ from ecoguard.advisor.layout import (
     money_text,
     tier_label,
 )
+from ecoguard.advisor.protocols.base import money
 from ecoguard.advisor.texts import Text
 
 if TYPE_CHECKING:
@@ -105,22 +106,24 @@ _OPTIMIZE_COLUMNS = (
 
 
 def _columns(answer: Answer, columns: tuple[str, ...]) -> tuple[str, ...]:
-    """A table's columns; its cost column is headed in USD unless the question priced
-    electricity in its own currency (see ``_month_cost``)."""
-    if local_price(answer) is None:
+    """A table's columns; its cost column is headed in USD unless the answer prices its rows in
+    another currency (see ``_month_cost``)."""
+    priced = (money(answer.question, c.estimate) for c in answer.result.rows if answer.question)
+    currency = next((m["currency"] for m in priced if m["energy_kwh"] is not None), "USD")
+    if currency == "USD":
         return columns
     return tuple("r_cost_month" if key == "h_usd_month" else key for key in columns)
 
 
 def _month_cost(answer: Answer, est: Estimate) -> str:
-    """An estimate's monthly cost as the answer prices it: in the question's own currency when
-    it priced electricity in one without an exchange rate (kWh x its price, as the side-by-side
-    table and the batching advice do), else in USD."""
-    local = local_price(answer)
-    if local is None:
+    """An estimate's monthly cost as the answer prices it (``protocols.money``, as the
+    side-by-side table and estimate do): in yuan (with USD) for a question that asks in yuan and
+    gives a rate, in the question's own currency when it priced electricity in one without a
+    rate, else in USD."""
+    if answer.question is None:
         return money_text(est.monthly.cost_usd)
-    kwh = est.monthly.energy_kwh
-    return "-" if kwh is None else f"{local[1]}{kwh * local[0]:,.2f}"
+    m = money(answer.question, est)
+    return money_text(m["cost_usd"], m["cost_cny"], m["currency"], m["cost_local"])
 
 
 def _table_with_chart(

@@ -87,3 +87,22 @@ def test_a_question_in_chinese_is_priced_in_yuan_by_every_door(text):
 
 def test_dollars_named_in_chinese_stay_dollars():
     assert parse_question("Mistral-7B 在 A800 上每月多少美元？").currency == "USD"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Yi-6B 在 A800 上最省电的配置是什么？每月 100 万次请求，汇率 7.2",
+        "比较 Yi-6B 在 A800 上的所有精度，每月 100 万次请求，汇率 7.2",
+    ],
+)
+def test_a_question_in_yuan_with_a_rate_gets_its_tables_in_yuan(text):
+    """The side-by-side showed ¥ (with $) while the candidate table beside it stayed in $."""
+    result = advise(text)
+    shown = render(result, fmt="md")
+    cell = next(c for c in result.result.rows if c.estimate.monthly.cost_usd is not None)
+    usd = round(cell.estimate.monthly.cost_usd, 6)  # as the estimate's JSON (and money) has it
+    assert f"¥{usd * 7.2:,.2f} (${usd:,.2f})" in shown
+    assert "每月费用（$）" not in shown  # the column is headed without a currency of its own
+    if result.result.protocol == "compare":  # its trade-offs name the cheapest, in yuan too
+        assert re.search(r"每月最便宜：\w+（¥", shown)
