@@ -219,6 +219,33 @@ def cv_pct_of(mean: float | None, std: float | None) -> float | None:
     return std / mean * 100.0
 
 
+def run_figures(
+    energy: list[float],
+    per_request: list[float] | None,
+    throughput: list[float],
+    power: list[float],
+) -> dict[str, float | int | None]:
+    """A row measured over several runs (one value per run in each list): the means and
+    standard deviations of J per 1k tokens, J per request (``None``: not recorded), tok/s and W,
+    the run count and the energy's coefficient of variation, as ``new_row`` keywords."""
+    energy_mean, energy_std = mean_std(energy)
+    per_req, per_req_std = mean_std(per_request) if per_request else (None, None)
+    tput, tput_std = mean_std(throughput)
+    watts, watts_std = mean_std(power)
+    return {
+        "throughput_tok_s": tput,
+        "throughput_std": tput_std,
+        "power_w": watts,
+        "power_std": watts_std,
+        "energy_j_per_1k": energy_mean,
+        "energy_j_per_1k_std": energy_std,
+        "energy_j_per_request": per_req,
+        "energy_j_per_request_std": per_req_std,
+        "n_runs": len(energy),
+        "cv_pct": cv_pct_of(energy_mean, energy_std),
+    }
+
+
 def pct_change(value: float | None, base: float | None) -> float | None:
     """``value`` vs ``base``, % (None without both)."""
     if value is None or base is None or base == 0:

@@ -17,13 +17,13 @@ from reference.normalise import (
     Row,
     cv_pct_of,
     gpu_key,
-    mean_std,
     model_key,
     new_row,
     num,
     pct_change,
     precision_key,
     read_csv,
+    run_figures,
 )
 
 
@@ -92,9 +92,13 @@ def rows_a800_json(src: Path) -> list[Row]:
         data = json.loads(path.read_text())
         raw = data["raw_runs"]
         key, params = model_key(Path(data["model"]).name)
-        energy, energy_std = mean_std([r["energy_per_1k_tokens"] for r in raw])
-        tput, tput_std = mean_std([r["throughput_tok_s"] for r in raw])
-        power, power_std = mean_std([r["avg_power_w"] for r in raw])
+        figures = run_figures(
+            [r["energy_per_1k_tokens"] for r in raw],
+            None,  # not recorded per run
+            [r["throughput_tok_s"] for r in raw],
+            [r["avg_power_w"] for r in raw],
+        )
+        energy = figures["energy_j_per_1k"]
         tokens = sorted({int(r["tokens"]) for r in raw})
         notes = []
         stated = data["results"]
@@ -130,14 +134,7 @@ def rows_a800_json(src: Path) -> list[Row]:
                 precision=precision_key(data["config"]),
                 batch_size=1,
                 generation_tokens=tokens[0] if len(tokens) == 1 else None,
-                throughput_tok_s=tput,
-                throughput_std=tput_std,
-                power_w=power,
-                power_std=power_std,
-                energy_j_per_1k=energy,
-                energy_j_per_1k_std=energy_std,
-                n_runs=len(raw),
-                cv_pct=cv_pct_of(energy, energy_std),
+                **figures,
                 perplexity=ppl,
                 software="not recorded",
                 date="",
@@ -307,10 +304,12 @@ def rows_bs_sweep(src: Path) -> list[Row]:
         def col(name: str, recs: list[dict[str, str]] = recs) -> list[float]:
             return [float(r[name]) for r in recs]
 
-        energy, energy_std = mean_std(col("energy_per_1k_tokens_j"))
-        per_req, per_req_std = mean_std(col("energy_per_request_j"))
-        tput, tput_std = mean_std(col("throughput_tok_s"))
-        power, power_std = mean_std(col("avg_power_w"))
+        figures = run_figures(
+            col("energy_per_1k_tokens_j"),
+            col("energy_per_request_j"),
+            col("throughput_tok_s"),
+            col("avg_power_w"),
+        )
         out.append(
             new_row(
                 gpu=gpu_key(meta["gpu"]),
@@ -321,16 +320,7 @@ def rows_bs_sweep(src: Path) -> list[Row]:
                 batch_size=bs,
                 prompt_tokens=int(meta["input_length"]),
                 generation_tokens=int(meta["output_length"]),
-                throughput_tok_s=tput,
-                throughput_std=tput_std,
-                power_w=power,
-                power_std=power_std,
-                energy_j_per_1k=energy,
-                energy_j_per_1k_std=energy_std,
-                energy_j_per_request=per_req,
-                energy_j_per_request_std=per_req_std,
-                n_runs=len(recs),
-                cv_pct=cv_pct_of(energy, energy_std),
+                **figures,
                 software=f"torch {meta['pytorch_version']}; CUDA {meta['cuda_version']}; bitsandbytes llm_int8_threshold=0.0",
                 date="2026-02-15",
                 tier="measured",
@@ -513,10 +503,12 @@ def rows_pro6000_e2e(src: Path) -> list[Row]:
         for rec in read_csv(folder / "blackwell_rtxpro6000_fp16_e2e_runs.csv"):
             runs.setdefault(int(rec["max_new_tokens"]), []).append(rec)
         for tokens, recs in sorted(runs.items()):
-            energy, energy_std = mean_std([float(r["energy_per_1k_tokens_j"]) for r in recs])
-            tput, tput_std = mean_std([float(r["throughput_tok_s"]) for r in recs])
-            power, power_std = mean_std([float(r["avg_power_w"]) for r in recs])
-            per_req, per_req_std = mean_std([float(r["energy_j"]) / int(r["batch"]) for r in recs])
+            figures = run_figures(
+                [float(r["energy_per_1k_tokens_j"]) for r in recs],
+                [float(r["energy_j"]) / int(r["batch"]) for r in recs],
+                [float(r["throughput_tok_s"]) for r in recs],
+                [float(r["avg_power_w"]) for r in recs],
+            )
             key, params = model_key(Path(meta["model"]).name)
             out.append(
                 new_row(
@@ -528,16 +520,7 @@ def rows_pro6000_e2e(src: Path) -> list[Row]:
                     batch_size=int(recs[0]["batch"]),
                     prompt_tokens=int(recs[0]["prompt_tokens_per_sample"]),
                     generation_tokens=tokens,
-                    throughput_tok_s=tput,
-                    throughput_std=tput_std,
-                    power_w=power,
-                    power_std=power_std,
-                    energy_j_per_1k=energy,
-                    energy_j_per_1k_std=energy_std,
-                    energy_j_per_request=per_req,
-                    energy_j_per_request_std=per_req_std,
-                    n_runs=len(recs),
-                    cv_pct=cv_pct_of(energy, energy_std),
+                    **figures,
                     software=f"torch {meta['torch']}; CUDA runtime {meta['cuda_runtime']}",
                     date="2026-06-08",
                     tier="measured",
