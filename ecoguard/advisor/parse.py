@@ -156,11 +156,11 @@ def parse_question(text: object) -> Question:
     # "H100" is not 100 of anything; "a million", "half a million" -> digits.
     spans = [(s, e) for s, e, *_ in models] + [(s, e) for s, e, _ in gpus]
     masked = words_to_digits(mask(question, spans))
-    sizes = batch_sizes(masked, lower)  # smallest first; a bad or second batch size raises
+    sizes, per_call = batch_sizes(masked, lower)  # a bad or second batch size raises
     stated = lengths(masked, conversions)
     measured = observed(masked, conversions)
-    # A stated prompt or output length is a length, never the workload's volume.
-    work = _read_work(mask(masked, list(stated.spans)), lower, language, conversions)
+    # A stated prompt or output length, or prompts per call, is never the workload's volume.
+    work = _read_work(mask(masked, [*stated.spans, *per_call]), lower, language, conversions)
     named = tuple(dict.fromkeys(g for _s, _e, g in gpus))
     facts = Question(
         protocol="",

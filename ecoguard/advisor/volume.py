@@ -179,8 +179,6 @@ _SUFFIX_CONCURRENCY = lazy_pattern(
     re.I,
 )
 _SUFFIX_DAU = lazy_pattern(r"\s*(?:日活|dau\b)", re.I)
-# "one prompt at a time", "8 requests per call": how many go into one call (a batch), not a volume.
-_PER_CALL = lazy_pattern(r"\s*(?:at a time|per (?:call|batch|generate call))\b", re.I)
 
 
 class Quantity(NamedTuple):
@@ -363,7 +361,7 @@ def find_quantities(text: str) -> tuple[list[Quantity], int | None]:
             found.append(Quantity("users", value, "day", f"{source} DAU"))
             continue
         kind, unit_end = _unit_at(text, end)
-        if kind is None or (kind == "requests" and _PER_CALL().match(text, unit_end)):
+        if kind is None:
             continue
         period, stop = _period_after(text, unit_end)
         if period is None:

@@ -68,22 +68,27 @@ def _check_batch_sizes(text: str) -> None:
             )
 
 
-# "8 prompts at a time", "16 requests per call": the prompts one call takes, a batch size.
+# "8 prompts at a time", "16 requests per call": the prompts one call takes, a batch size (and
+# not a volume: the parser masks these before it reads volumes, as it does lengths).
 _RE_PER_CALL = lazy_pattern(
-    rf"({NUMBER})\s*(?:prompts?|requests?|sequences?)\s+(?:at a time|per (?:call|batch|generate call))\b",
+    rf"({NUMBER})\s*(?:prompts?|requests?|queries|query|questions?|messages?|sequences?)\s+"
+    r"(?:at a time|per (?:call|batch|generate call))\b",
     re.I,
 )
 
 
-def batch_sizes(masked: str, lower: str) -> tuple[int, ...]:
-    """The batch sizes stated, smallest first. A size that is not a whole number from 1 to
-    ``MAX_BATCH_SIZE`` is a usage error, and so are two sizes unless the question compares."""
-    per_call: set[int] = set()
+def batch_sizes(masked: str, lower: str) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """The batch sizes stated, smallest first, and where a size is stated as prompts per call.
+    A size that is not a whole number from 1 to ``MAX_BATCH_SIZE`` is a usage error, and so are
+    two sizes unless the question compares."""
+    said: list[re.Match[str]] = []
     if "at a time" in lower or "per " in lower:
-        said = (parse_number(m.group(1)) for m in _RE_PER_CALL().finditer(masked))
-        per_call = {int(b) for b in said if b.is_integer() and 1 <= b <= MAX_BATCH_SIZE}
+        said = list(_RE_PER_CALL().finditer(masked))
+    spans = tuple(m.span() for m in said)
+    values = (parse_number(m.group(1)) for m in said)
+    per_call = {int(b) for b in values if b.is_integer() and 1 <= b <= MAX_BATCH_SIZE}
     if "batch" not in lower and "bs" not in lower and "批" not in lower and not per_call:
-        return (1,) if one_at_a_time(lower) else ()
+        return ((1,) if one_at_a_time(lower) else ()), spans
     _check_batch_sizes(masked)
     batches = {int(parse_number(first_group(b))) for b in _RE_BATCH().finditer(masked)}
     batches = {b for b in batches if b > 0} | per_call
@@ -93,8 +98,8 @@ def batch_sizes(masked: str, lower: str) -> tuple[int, ...]:
             "give one, or ask to compare"
         )
     if not batches and one_at_a_time(lower):
-        return (1,)
-    return tuple(sorted(batches))
+        return (1,), spans
+    return tuple(sorted(batches)), spans
 
 
 # Prompts sent one by one: batch size 1, stated in words.
